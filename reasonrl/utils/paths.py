@@ -1,0 +1,47 @@
+"""Where reasonrl keeps things it builds once and reuses (models converted or generated offline).
+
+The cache root is ``$REASONRL_CACHE`` when set, else ``~/.cache/reasonrl``. It lives outside the repository so a
+fresh clone (CI) reuses what an earlier run on the same machine built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    """The cache root directory (created on demand)."""
+    root = Path(os.environ.get("REASONRL_CACHE", Path.home() / ".cache" / "reasonrl")).expanduser()
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+@contextlib.contextmanager
+def atomic_directory(final: Path) -> Iterator[Path]:
+    """Yield a temporary directory next to ``final``; on success rename it to ``final`` in one step.
+
+    Readers therefore see either no directory or a complete one, never a half-written one. If ``final`` appears
+    meanwhile (another process won the race) the temporary copy is discarded. On error nothing is left behind.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        yield tmp
+        for path in tmp.rglob("*"):
+            if path.is_file():
+                with open(path, "rb") as f:
+                    os.fsync(f.fileno())
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

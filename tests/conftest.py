@@ -1,0 +1,122 @@
+"""Shared, expensive fixtures: built once per test session and reused by every test that needs them.
+
+* one tiny model folder (cached on disk across sessions),
+* one Ray cluster,
+* one vLLM engine actor on the tiny model,
+* one 2-rank DeepSpeed ZeRO-3 group (two Ray actors over gloo).
+
+The Ray fixture checks on teardown that the session left nothing behind in ``/dev/shm``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from reasonrl.distributed.platform import apply_runtime_env
+
+apply_runtime_env()  # the same environment users get: CPU KV cache size, in-process vLLM on CPU, ...
+
+
+def shm_entries() -> set[str]:
+    """Names in /dev/shm (empty set where it does not exist)."""
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip GPU-marked tests on machines without CUDA, saying why (never silently)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none (run on a GPU host to exercise it)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    from reasonrl.models import tiny_model_path
+
+    return tiny_model_path()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray instance for the whole session; on teardown, /dev/shm must hold nothing new."""
+    import ray
+
+    from reasonrl.distributed.ray_cluster import init_ray
+
+    shm_before = shm_entries()
+    resources = init_ray(num_cpus=8, object_store_memory=512 * 1024**2)
+    yield resources
+    ray.shutdown()
+    leaked = sorted(shm_entries() - shm_before)
+    assert not leaked, f"/dev/shm entries left behind by the test session: {leaked}"
+
+
+@pytest.fixture(scope="session")
+def placement_group(ray_cluster):
+    """Three 1-CPU bundles: DeepSpeed rank 0, DeepSpeed rank 1, vLLM engine."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    pg = placement_group([{"CPU": 1}] * 3, strategy="PACK")
+    ray.get(pg.ready(), timeout=60)
+    yield pg
+    remove_placement_group(pg)
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(placement_group, tiny_model_dir):
+    """A vLLM engine actor on the tiny model (fp32, so its logprobs can be compared exactly with transformers)."""
+    import ray
+
+    from reasonrl.distributed.vllm_engine import create_vllm_engines
+
+    (engine,) = create_vllm_engines(
+        1, str(tiny_model_dir), placement_group=placement_group, bundle_indices=[2], dtype="float32", max_model_len=1024
+    )
+    ray.get(engine.ready.remote(), timeout=300)
+    yield engine
+    ray.get(engine.shutdown.remote(), timeout=120)
+    ray.kill(engine)
+
+
+@pytest.fixture(scope="session")
+def ds_workers(placement_group, tiny_model_dir):
+    """Two DeepSpeed ZeRO-3 ranks (Ray actors in bundles 0 and 1) holding the tiny model, joined over gloo."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from reasonrl.distributed.deepspeed_engine import build_ds_config
+    from reasonrl.distributed.workers import DeepSpeedLMWorker
+
+    world_size = 2
+    actor_cls = ray.remote(DeepSpeedLMWorker)
+    workers = [
+        actor_cls.options(
+            num_cpus=1,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=placement_group, placement_group_bundle_index=rank
+            ),
+        ).remote(rank, world_size)
+        for rank in range(world_size)
+    ]
+    addr, port = ray.get(workers[0].master_address.remote())
+    ds_config = build_ds_config(zero_stage=3, micro_batch_size_per_rank=4, world_size=world_size)
+    ray.get([w.setup.remote(addr, port, str(tiny_model_dir), ds_config, timeout_s=120) for w in workers], timeout=600)
+    yield workers
+    for w in workers:
+        ray.kill(w)
