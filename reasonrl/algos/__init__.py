@@ -1,0 +1,104 @@
+"""reasonrl.algos: the RL math as pure, documented torch functions (no Ray / DeepSpeed / vLLM).
+
+Modules, one job each:
+
+* ``advantages``    advantage estimators (registry ``ADVANTAGE_ESTIMATORS``, ``get_advantage_estimator``)
+* ``policy_losses`` policy losses (registry ``POLICY_LOSSES``, ``get_policy_loss``) and the clipped value loss
+* ``aggregation``   loss aggregation modes (``AGG_MODES``, ``aggregate_loss``)
+* ``kl``            KL estimators (``KL_ESTIMATORS``), KL loss / KL-in-reward, KL controllers
+* ``entropy``       chunked entropy from logits, entropy bonus, Skywork-OR1 adaptive entropy controller
+* ``dapo``          DAPO soft overlong punishment and zero-variance group filter
+* ``utils``         masked statistics, whitening, prompt-group statistics
+
+Tensor conventions: token tensors are [batch, seq] over response tokens, ``action_mask`` [batch, seq] (1 = real
+token), ``group_ids`` LongTensor [batch]. See docs/algorithms.md for the formulas and supported names.
+"""
+
+from reasonrl.algos.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    WHITENED_BY_DEFINITION,
+    compute_advantages,
+    dr_grpo_advantages,
+    gae_advantages,
+    get_advantage_estimator,
+    grpo_advantages,
+    reinforce_plus_plus_advantages,
+    reinforce_plus_plus_baseline_advantages,
+    remax_advantages,
+    rloo_advantages,
+)
+from reasonrl.algos.aggregation import AGG_MODES, aggregate_loss, check_agg_mode, count_tokens_and_seqs
+from reasonrl.algos.dapo import dynamic_sampling_keep_mask, soft_overlong_punishment, zero_variance_groups
+from reasonrl.algos.entropy import AdaptiveEntropyController, entropy_bonus, entropy_from_logits
+from reasonrl.algos.kl import (
+    KL_ESTIMATORS,
+    AdaptiveKLController,
+    FixedKLController,
+    get_kl_controller,
+    kl_estimator_names,
+    kl_loss,
+    kl_penalty,
+    kl_shaped_token_rewards,
+)
+from reasonrl.algos.policy_losses import (
+    POLICY_LOSSES,
+    cispo_policy_loss,
+    get_policy_loss,
+    gspo_policy_loss,
+    ppo_policy_loss,
+    reinforce_policy_loss,
+    value_loss,
+)
+from reasonrl.algos.utils import (
+    group_stats,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+    outcome_to_token_rewards,
+)
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "AGG_MODES",
+    "KL_ESTIMATORS",
+    "POLICY_LOSSES",
+    "WHITENED_BY_DEFINITION",
+    "AdaptiveEntropyController",
+    "AdaptiveKLController",
+    "FixedKLController",
+    "aggregate_loss",
+    "check_agg_mode",
+    "cispo_policy_loss",
+    "compute_advantages",
+    "count_tokens_and_seqs",
+    "dr_grpo_advantages",
+    "dynamic_sampling_keep_mask",
+    "entropy_bonus",
+    "entropy_from_logits",
+    "gae_advantages",
+    "get_advantage_estimator",
+    "get_kl_controller",
+    "get_policy_loss",
+    "group_stats",
+    "grpo_advantages",
+    "gspo_policy_loss",
+    "kl_estimator_names",
+    "kl_loss",
+    "kl_penalty",
+    "kl_shaped_token_rewards",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+    "outcome_to_token_rewards",
+    "ppo_policy_loss",
+    "reinforce_plus_plus_advantages",
+    "reinforce_plus_plus_baseline_advantages",
+    "reinforce_policy_loss",
+    "remax_advantages",
+    "rloo_advantages",
+    "soft_overlong_punishment",
+    "value_loss",
+    "zero_variance_groups",
+]

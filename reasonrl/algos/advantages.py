@@ -1,0 +1,365 @@
+"""Advantage estimators, chosen by name from ``ADVANTAGE_ESTIMATORS``.
+
+Every estimator has the SAME keyword-only signature so the trainer can call any of them by name::
+
+    advantages, returns = fn(
+        token_rewards=...,        # [batch, seq] token rewards, or [batch] outcome rewards
+        action_mask=...,          # [batch, seq] 1 = response token, 0 = padding
+        values=None,              # [batch, seq] critic values V(s_t)           (gae)
+        group_ids=None,           # [batch] prompt-group ids                     (grpo, dr_grpo, rloo, *_baseline)
+        gamma=1.0, lam=1.0,       # discount / GAE lambda                        (gae; gamma also reinforce_plus_plus)
+        eps=1e-6,                 # added to the group std                       (grpo)
+        norm_by_std=True,         # divide by the group std                      (grpo)
+        baseline_rewards=None,    # [batch] reward of the greedy rollout         (remax)
+    )
+
+Inputs an estimator does not use are ignored; a missing input it needs raises ``ValueError``.
+Both outputs are float32 ``[batch, seq]`` with zeros at masked positions, and are computed without autograd.
+
+Rewards: ``token_rewards`` may be ``[batch]`` (one outcome reward per sample; it is placed at the last valid
+token where a token-level view is needed) or ``[batch, seq]`` (e.g. outcome at the last token minus a per-token
+KL penalty). Outcome estimators (grpo, dr_grpo, rloo, reinforce_plus_plus_baseline) use the sequence score
+s_i = sum_t r_{i,t} m_{i,t}. Rewards at masked positions are ignored everywhere.
+
+Masked positions in the MIDDLE of a response (e.g. tool output in multi-turn) are skipped by the recursions
+(gae, reinforce_plus_plus, remax): the running value/advantage/return is carried through them unchanged and
+undiscounted, so valid tokens get the same result as if the masked tokens were removed.
+
+Singleton groups (a prompt with one sample): grpo, dr_grpo, rloo and reinforce_plus_plus_baseline give
+advantage 0 before any whitening: with one sample there is no baseline to compare against.
+
+Whitening: ``reinforce_plus_plus`` and ``reinforce_plus_plus_baseline`` whiten by definition.
+``compute_advantages(..., whiten=True)`` additionally whitens the others over the whole batch (ORZ's default
+``advantage_normalize=True``; verl always whitens GAE). Whitening uses the unbiased variance and
+``(A - mean) * rsqrt(var + 1e-8)`` over all valid tokens; call it on the full rollout batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from reasonrl.algos.utils import group_stats, masked_sum, masked_whiten, outcome_to_token_rewards
+
+# ----------------------------------------------------------------------------------------------------------------
+# input helpers
+
+
+def _check_mask(action_mask: torch.Tensor) -> torch.Tensor:
+    if action_mask is None or action_mask.dim() != 2:
+        raise ValueError("action_mask must be a [batch, seq] tensor")
+    return action_mask.bool()
+
+
+def _token_rewards(token_rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[batch] or [batch, seq] rewards -> [batch, seq] float32 with zeros at masked positions."""
+    if token_rewards is None:
+        raise ValueError("token_rewards is required ([batch] or [batch, seq])")
+    if token_rewards.dim() == 1:
+        return outcome_to_token_rewards(token_rewards, mask)
+    if token_rewards.shape != mask.shape:
+        raise ValueError(f"token_rewards shape {tuple(token_rewards.shape)} != action_mask {tuple(mask.shape)}")
+    return torch.where(mask, token_rewards.float(), torch.zeros_like(token_rewards, dtype=torch.float32))
+
+
+def _sequence_scores(token_rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """s_i = sum_t r_{i,t} m_{i,t}  -> [batch]. A [batch] reward is used as is."""
+    if token_rewards is None:
+        raise ValueError("token_rewards is required ([batch] or [batch, seq])")
+    if token_rewards.dim() == 1:
+        if token_rewards.shape[0] != mask.shape[0]:
+            raise ValueError(f"token_rewards must be [batch]={mask.shape[0]}, got {tuple(token_rewards.shape)}")
+        return token_rewards.float()
+    return masked_sum(_token_rewards(token_rewards, mask), mask, dim=-1)
+
+
+def _require(estimator: str, **inputs: torch.Tensor | None) -> None:
+    for name, value in inputs.items():
+        if value is None:
+            raise ValueError(f"advantage estimator '{estimator}' needs `{name}`, which was not given")
+
+
+def _broadcast(per_sample: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[batch] -> [batch, seq], zeros at masked positions."""
+    return torch.where(mask, per_sample[:, None].expand(mask.shape), torch.zeros(mask.shape, device=mask.device))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# estimators
+
+
+@torch.no_grad()
+def gae_advantages(
+    *,
+    token_rewards: torch.Tensor,
+    action_mask: torch.Tensor,
+    values: torch.Tensor | None = None,
+    group_ids: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    eps: float = 1e-6,
+    norm_by_std: bool = True,
+    baseline_rewards: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised Advantage Estimation (Schulman et al. 2016, arXiv:1506.02438), as used by PPO/ORZ.
+
+    Backward over valid tokens t (V_next = 0 and A_next = 0 after the last valid token)::
+
+        delta_t = r_t + gamma * V_next - V_t
+        A_t     = delta_t + gamma * lam * A_next
+        R_t     = A_t + V_t                    (returns, taken BEFORE any whitening)
+
+    Masked positions are skipped: V_next and A_next are carried through them unchanged.
+    With gamma = lam = 1 and an outcome reward R at the last token: A_t = R - V_t and R_t = R (ORZ's recipe).
+
+    Needs: token_rewards [batch] or [batch, seq], values [batch, seq]. Uses gamma, lam.
+    Returns: (advantages [batch, seq], returns [batch, seq]), zeros at masked positions.
+    """
+    _require("gae", values=values)
+    mask = _check_mask(action_mask)
+    rewards = _token_rewards(token_rewards, mask)  # [batch, seq]
+    values = values.detach().float()  # [batch, seq]
+    if values.shape != mask.shape:
+        raise ValueError(f"values shape {tuple(values.shape)} != action_mask {tuple(mask.shape)}")
+    batch, seq = mask.shape
+    advantages = torch.zeros(batch, seq, dtype=torch.float32, device=mask.device)
+    next_value = torch.zeros(batch, dtype=torch.float32, device=mask.device)  # [batch]
+    next_adv = torch.zeros(batch, dtype=torch.float32, device=mask.device)  # [batch]
+    for t in reversed(range(seq)):
+        valid = mask[:, t]  # [batch]
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        adv_t = delta + gamma * lam * next_adv
+        next_adv = torch.where(valid, adv_t, next_adv)
+        next_value = torch.where(valid, values[:, t], next_value)
+        advantages[:, t] = torch.where(valid, adv_t, torch.zeros_like(adv_t))
+    returns = torch.where(mask, advantages + values, torch.zeros_like(advantages))
+    return advantages, returns
+
+
+@torch.no_grad()
+def grpo_advantages(
+    *,
+    token_rewards: torch.Tensor,
+    action_mask: torch.Tensor,
+    values: torch.Tensor | None = None,
+    group_ids: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    eps: float = 1e-6,
+    norm_by_std: bool = True,
+    baseline_rewards: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO group-normalised outcome advantage (Shao et al. 2024, DeepSeekMath, arXiv:2402.03300).
+
+    For sample i of prompt group g with score s_i::
+
+        A_i = (s_i - mean_g(s)) / (std_g(s) + eps)     if norm_by_std   (GRPO)
+        A_i =  s_i - mean_g(s)                          otherwise        (Dr.GRPO, Liu et al. 2025, arXiv:2503.20783)
+
+    std_g is the UNBIASED (N-1) group std, like verl/TRL/OpenRLHF (ORZ used the biased np.std, and its
+    ``if std := np.std(...) > 0`` precedence slip means it never divided at all). eps=1e-6 is added to the std
+    (verl's value; TRL uses 1e-4, OpenRLHF 1e-9). A zero-variance group gets A = 0. A singleton group gets
+    A = 0 (verl: s / (1 + eps)). A_i is broadcast to every valid token; returns == advantages.
+
+    Needs: token_rewards, group_ids [batch]. Uses eps, norm_by_std.
+    """
+    _require("grpo", group_ids=group_ids)
+    mask = _check_mask(action_mask)
+    scores = _sequence_scores(token_rewards, mask)  # [batch]
+    mean, std, count = group_stats(scores, group_ids)  # [batch] each
+    adv = scores - mean
+    if norm_by_std:
+        adv = adv / (std + eps)
+    adv = torch.where(count > 1, adv, torch.zeros_like(adv))  # singleton groups: no baseline -> 0
+    advantages = _broadcast(adv, mask)
+    return advantages, advantages.clone()
+
+
+@torch.no_grad()
+def dr_grpo_advantages(
+    *,
+    token_rewards: torch.Tensor,
+    action_mask: torch.Tensor,
+    values: torch.Tensor | None = None,
+    group_ids: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    eps: float = 1e-6,
+    norm_by_std: bool = True,
+    baseline_rewards: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dr.GRPO (Liu et al. 2025, arXiv:2503.20783): A_i = s_i - mean_g(s), i.e. GRPO with ``norm_by_std`` forced
+    off (the given ``norm_by_std`` is ignored). Pair it with ``agg_mode='seq-mean-token-sum-norm'`` to also
+    remove GRPO's length bias. Needs: token_rewards, group_ids [batch]. Singleton groups: 0."""
+    _require("dr_grpo", group_ids=group_ids)
+    return grpo_advantages(
+        token_rewards=token_rewards, action_mask=action_mask, group_ids=group_ids, eps=eps, norm_by_std=False
+    )
+
+
+@torch.no_grad()
+def rloo_advantages(
+    *,
+    token_rewards: torch.Tensor,
+    action_mask: torch.Tensor,
+    values: torch.Tensor | None = None,
+    group_ids: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    eps: float = 1e-6,
+    norm_by_std: bool = True,
+    baseline_rewards: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE Leave-One-Out (Kool et al. 2019; Ahmadian et al. 2024, arXiv:2402.14740).
+
+    For a group of size n > 1::
+
+        A_i = s_i - (1 / (n - 1)) * sum_{j != i} s_j   ( = n / (n - 1) * (s_i - mean_g(s)) )
+
+    A singleton group gets A = 0 (verl's loop version keeps A = s, its vectorised version gives 0).
+    Broadcast to every valid token; returns == advantages. Needs: token_rewards, group_ids [batch].
+    """
+    _require("rloo", group_ids=group_ids)
+    mask = _check_mask(action_mask)
+    scores = _sequence_scores(token_rewards, mask)  # [batch]
+    mean, _, count = group_stats(scores, group_ids)  # [batch]
+    others_mean = (mean * count - scores) / (count - 1).clamp(min=1)
+    adv = torch.where(count > 1, scores - others_mean, torch.zeros_like(scores))
+    advantages = _broadcast(adv, mask)
+    return advantages, advantages.clone()
+
+
+def _reward_to_go(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """G_t = r_t + gamma * G_next over valid tokens; masked positions carry G_next through. -> [batch, seq]."""
+    batch, seq = mask.shape
+    out = torch.zeros(batch, seq, dtype=torch.float32, device=mask.device)
+    running = torch.zeros(batch, dtype=torch.float32, device=mask.device)  # [batch]
+    for t in reversed(range(seq)):
+        valid = mask[:, t]
+        g_t = rewards[:, t] + gamma * running
+        running = torch.where(valid, g_t, running)
+        out[:, t] = torch.where(valid, g_t, torch.zeros_like(g_t))
+    return out
+
+
+@torch.no_grad()
+def reinforce_plus_plus_advantages(
+    *,
+    token_rewards: torch.Tensor,
+    action_mask: torch.Tensor,
+    values: torch.Tensor | None = None,
+    group_ids: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    eps: float = 1e-6,
+    norm_by_std: bool = True,
+    baseline_rewards: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ (Hu 2025, arXiv:2501.03262): discounted return-to-go, then batch whitening.
+
+    G_t = r_t + gamma * G_{t+1} over valid tokens (masked positions carried through; verl instead resets the
+    running return at masked positions, which only differs for masks with holes).
+    returns = G;  advantages = whiten(G) over all valid tokens of the batch (unbiased var, rsqrt(var + 1e-8)).
+
+    Needs: token_rewards ([batch, seq] to make use of per-token KL rewards). Uses gamma.
+    """
+    mask = _check_mask(action_mask)
+    returns = _reward_to_go(_token_rewards(token_rewards, mask), mask, gamma)  # [batch, seq]
+    return masked_whiten(returns, mask), returns
+
+
+@torch.no_grad()
+def reinforce_plus_plus_baseline_advantages(
+    *,
+    token_rewards: torch.Tensor,
+    action_mask: torch.Tensor,
+    values: torch.Tensor | None = None,
+    group_ids: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    eps: float = 1e-6,
+    norm_by_std: bool = True,
+    baseline_rewards: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++-baseline (Hu 2025, arXiv:2501.03262): group-mean baseline, then batch whitening.
+
+    A_i = s_i - mean_g(s) (0 for a singleton group; verl uses mean 0 there, i.e. A = s), broadcast to valid
+    tokens, then whitened over all valid tokens of the batch. returns == advantages (as in verl).
+    Needs: token_rewards, group_ids [batch].
+    """
+    _require("reinforce_plus_plus_baseline", group_ids=group_ids)
+    mask = _check_mask(action_mask)
+    scores = _sequence_scores(token_rewards, mask)  # [batch]
+    mean, _, count = group_stats(scores, group_ids)
+    adv = torch.where(count > 1, scores - mean, torch.zeros_like(scores))
+    advantages = masked_whiten(_broadcast(adv, mask), mask)
+    return advantages, advantages.clone()
+
+
+@torch.no_grad()
+def remax_advantages(
+    *,
+    token_rewards: torch.Tensor,
+    action_mask: torch.Tensor,
+    values: torch.Tensor | None = None,
+    group_ids: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    eps: float = 1e-6,
+    norm_by_std: bool = True,
+    baseline_rewards: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ReMax (Li et al. 2023, arXiv:2310.10505): the greedy rollout's reward is the baseline.
+
+    returns_t = sum_{t' >= t, valid} r_{t'}   (undiscounted reward-to-go; gamma is not used, as in verl)
+    A_t       = returns_t - b_i              where b_i = baseline_rewards[i] (reward of the greedy response)
+
+    Needs: token_rewards, baseline_rewards [batch].
+    """
+    _require("remax", baseline_rewards=baseline_rewards)
+    mask = _check_mask(action_mask)
+    if baseline_rewards.shape != (mask.shape[0],):
+        raise ValueError(f"baseline_rewards must be [batch]={mask.shape[0]}, got {tuple(baseline_rewards.shape)}")
+    returns = _reward_to_go(_token_rewards(token_rewards, mask), mask, 1.0)  # [batch, seq]
+    advantages = returns - _broadcast(baseline_rewards.detach().float(), mask)
+    return advantages, returns
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# registry
+
+AdvantageEstimator = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
+    "gae": gae_advantages,
+    "grpo": grpo_advantages,
+    "dr_grpo": dr_grpo_advantages,
+    "rloo": rloo_advantages,
+    "reinforce_plus_plus": reinforce_plus_plus_advantages,
+    "reinforce_plus_plus_baseline": reinforce_plus_plus_baseline_advantages,
+    "remax": remax_advantages,
+}
+
+# Estimators whose definition already ends with batch whitening (compute_advantages never whitens them twice).
+WHITENED_BY_DEFINITION = frozenset({"reinforce_plus_plus", "reinforce_plus_plus_baseline"})
+
+
+def get_advantage_estimator(name: str) -> AdvantageEstimator:
+    """Return the estimator registered under ``name``; ``ValueError`` listing the valid names otherwise."""
+    try:
+        return ADVANTAGE_ESTIMATORS[name]
+    except KeyError:
+        raise ValueError(f"unknown advantage estimator {name!r}; valid names: {sorted(ADVANTAGE_ESTIMATORS)}") from None
+
+
+def compute_advantages(name: str, *, whiten: bool = False, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run estimator ``name`` with ``kwargs`` (the common signature above), then optionally whiten.
+
+    ``whiten=True`` applies batch-global whitening to the advantages (not the returns, which stay the critic's
+    targets) unless the estimator already whitens by definition. Returns (advantages, returns) [batch, seq].
+    """
+    advantages, returns = get_advantage_estimator(name)(**kwargs)
+    if whiten and name not in WHITENED_BY_DEFINITION:
+        advantages = masked_whiten(advantages, kwargs["action_mask"].bool())
+    return advantages, returns
