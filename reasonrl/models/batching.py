@@ -1,0 +1,262 @@
+"""Turning (prompt_token_ids, response_token_ids) pairs into model inputs: padded or packed, and micro-batches.
+
+Two layouts, both with the response tokens mapped back to a ``[batch, T]`` grid (``T`` = longest response) and an
+``action_mask`` ``[batch, T]`` (True = real response token), the convention of ``reasonrl.algos``.
+
+Padded (``pad_batch`` -> ``PaddedBatch``): prompts are LEFT-padded to the longest prompt ``P`` and responses
+RIGHT-padded to ``T`` (OpenRLHF/ORZ style), so every response starts at column ``P``::
+
+    row i:  [pad .. pad  prompt_i | response_i  pad .. pad]      width S = P + T
+    column: 0 ........... P-1       P ............. P+T-1
+
+Response token ``t`` sits at column ``P + t`` and is predicted by the logits at column ``P - 1 + t``, so the
+response slice of any per-position output (logits, hidden states, values) is ``out[:, P-1 : P-1+T]``.
+``position_ids = clip(cumsum(attention_mask) - 1, 0)``: real tokens get 0, 1, 2, ... as in the unpadded sequence.
+
+Packed (``pack_batch`` -> ``PackedBatch``): padding-free; the sequences ``prompt_i + response_i`` are concatenated
+into one row ``[1, total]`` and ``position_ids`` restart at 0 for every sequence. There is no attention mask: the
+model must keep attention inside each sequence using the position-id resets (see ``supports_packing``).
+``response_positions`` [N] holds, for every response token (sample-major, N = sum of response lengths), the
+column of the packed row that predicts it, so ``out[0, response_positions]`` are the response entries in the order
+of ``action_mask.nonzero()``; ``scatter_to_padded`` puts them on the ``[batch, T]`` grid.
+
+Micro-batches: ``split_by_token_budget`` (bounded tokens per micro-batch) and ``split_fixed`` (fixed count).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+
+Sample = tuple[Sequence[int], Sequence[int]]  # (prompt_token_ids, response_token_ids)
+
+
+@dataclasses.dataclass
+class PaddedBatch:
+    """Left-padded prompts, right-padded responses; responses start at column ``prompt_width``."""
+
+    input_ids: torch.Tensor  # [batch, P + T] long
+    attention_mask: torch.Tensor  # [batch, P + T] long, 1 = real token
+    position_ids: torch.Tensor  # [batch, P + T] long, clip(cumsum(attention_mask) - 1, 0)
+    action_mask: torch.Tensor  # [batch, T] bool, True = real response token
+    prompt_lens: list[int]  # [batch] real prompt lengths
+    response_lens: list[int]  # [batch] real response lengths
+
+    @property
+    def num_actions(self) -> int:
+        """T: width of the response grid (longest response)."""
+        return self.action_mask.shape[1]
+
+    @property
+    def prompt_width(self) -> int:
+        """P: width of the left-padded prompt block; response token t is at column P + t."""
+        return self.input_ids.shape[1] - self.num_actions
+
+    def response_slice(self, per_position: torch.Tensor) -> torch.Tensor:
+        """Entries of a per-position output ``[batch, P+T, ...]`` at the columns that PREDICT the response tokens:
+        columns P-1 .. P+T-2 -> ``[batch, T, ...]`` (a view). Masked entries are not zeroed here."""
+        start = self.prompt_width - 1
+        return per_position[:, start : start + self.num_actions]
+
+    def response_ids(self) -> torch.Tensor:
+        """The response token ids on the grid, ``[batch, T]`` (pad id at masked positions)."""
+        return self.input_ids[:, self.prompt_width :]
+
+    def to(self, device: torch.device | str) -> PaddedBatch:
+        tensors = {
+            f: getattr(self, f).to(device) for f in ("input_ids", "attention_mask", "position_ids", "action_mask")
+        }
+        return dataclasses.replace(self, **tensors)
+
+
+@dataclasses.dataclass
+class PackedBatch:
+    """Sequences ``prompt_i + response_i`` concatenated into one row, no padding, no attention mask."""
+
+    input_ids: torch.Tensor  # [1, total] long
+    position_ids: torch.Tensor  # [1, total] long, 0 .. len_i - 1 for each sequence
+    cu_seqlens: torch.Tensor  # [batch + 1] int32, sequence i is columns cu_seqlens[i] : cu_seqlens[i+1]
+    response_positions: torch.Tensor  # [N] long, column predicting each response token (sample-major)
+    action_mask: torch.Tensor  # [batch, T] bool, True = real response token
+    prompt_lens: list[int]  # [batch]
+    response_lens: list[int]  # [batch]
+
+    attention_mask = None  # always None: an explicit mask would disable the packed-sequence detection
+
+    @property
+    def num_actions(self) -> int:
+        """T: width of the response grid (longest response)."""
+        return self.action_mask.shape[1]
+
+    @property
+    def seq_lens(self) -> list[int]:
+        return [p + r for p, r in zip(self.prompt_lens, self.response_lens, strict=True)]
+
+    def response_slice(self, per_position: torch.Tensor) -> torch.Tensor:
+        """Entries of a per-position output ``[1, total, ...]`` at the columns predicting response tokens ->
+        ``[N, ...]`` (sample-major; use ``scatter_to_padded`` to get ``[batch, T, ...]``)."""
+        return per_position[0].index_select(0, self.response_positions)
+
+    def response_ids(self) -> torch.Tensor:
+        """The response token ids flattened sample-major, ``[N]``."""
+        return self.input_ids[0].index_select(0, self.response_positions + 1)
+
+    def to(self, device: torch.device | str) -> PackedBatch:
+        fields = ("input_ids", "position_ids", "cu_seqlens", "response_positions", "action_mask")
+        return dataclasses.replace(self, **{f: getattr(self, f).to(device) for f in fields})
+
+
+def _check_samples(samples: Sequence[Sample]) -> tuple[list[list[int]], list[list[int]]]:
+    if len(samples) == 0:
+        raise ValueError("need at least one (prompt_token_ids, response_token_ids) sample")
+    prompts, responses = [], []
+    for i, (prompt, response) in enumerate(samples):
+        if len(prompt) == 0:
+            raise ValueError(f"sample {i} has an empty prompt: its first response token would have no predictor")
+        prompts.append([int(t) for t in prompt])
+        responses.append([int(t) for t in response])
+    return prompts, responses
+
+
+def action_mask_from_lens(response_lens: Sequence[int], width: int | None = None) -> torch.Tensor:
+    """[batch, T] bool with the first ``response_lens[i]`` entries of row i True (T = max length by default)."""
+    lens = torch.tensor(list(response_lens), dtype=torch.long)  # [batch]
+    width = max(response_lens, default=0) if width is None else width
+    return torch.arange(width)[None, :] < lens[:, None]
+
+
+def pad_batch(samples: Sequence[Sample], pad_token_id: int) -> PaddedBatch:
+    """Padded layout (module docstring): left-pad prompts to P, right-pad responses to T.
+
+    Args:
+        samples: ``batch`` pairs (prompt_token_ids, response_token_ids); prompts must be non-empty, responses
+            may be empty (their action_mask row is all False).
+        pad_token_id: id written at padded positions (never attended to, never scored).
+    """
+    prompts, responses = _check_samples(samples)
+    batch = len(prompts)
+    width_p = max(len(p) for p in prompts)  # P
+    width_t = max(len(r) for r in responses)  # T
+    input_ids = torch.full((batch, width_p + width_t), pad_token_id, dtype=torch.long)  # [batch, P+T]
+    attention_mask = torch.zeros(batch, width_p + width_t, dtype=torch.long)  # [batch, P+T]
+    for i, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
+        start, end = width_p - len(prompt), width_p + len(response)
+        input_ids[i, start:end] = torch.tensor(prompt + response, dtype=torch.long)
+        attention_mask[i, start:end] = 1
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [batch, P+T]
+    return PaddedBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        action_mask=action_mask_from_lens([len(r) for r in responses], width_t),  # [batch, T]
+        prompt_lens=[len(p) for p in prompts],
+        response_lens=[len(r) for r in responses],
+    )
+
+
+def pack_batch(samples: Sequence[Sample]) -> PackedBatch:
+    """Packed layout (module docstring): one row ``[1, total]``, positions restarting at 0 per sequence."""
+    prompts, responses = _check_samples(samples)
+    ids, positions, response_positions, offsets = [], [], [], [0]
+    for prompt, response in zip(prompts, responses, strict=True):
+        seq = prompt + response
+        start = offsets[-1]
+        ids.extend(seq)
+        positions.extend(range(len(seq)))
+        # response token t is at column start + len(prompt) + t, predicted by the column before it
+        response_positions.extend(range(start + len(prompt) - 1, start + len(seq) - 1))
+        offsets.append(start + len(seq))
+    return PackedBatch(
+        input_ids=torch.tensor([ids], dtype=torch.long),  # [1, total]
+        position_ids=torch.tensor([positions], dtype=torch.long),  # [1, total]
+        cu_seqlens=torch.tensor(offsets, dtype=torch.int32),  # [batch + 1]
+        response_positions=torch.tensor(response_positions, dtype=torch.long),  # [N]
+        action_mask=action_mask_from_lens([len(r) for r in responses]),  # [batch, T]
+        prompt_lens=[len(p) for p in prompts],
+        response_lens=[len(r) for r in responses],
+    )
+
+
+def scatter_to_padded(flat: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
+    """Put sample-major response entries ``[N, ...]`` on the grid ``[batch, T, ...]``; zeros where masked.
+
+    Inverse of ``grid[action_mask]``. Differentiable with respect to ``flat``.
+    """
+    mask = action_mask.bool()
+    if flat.shape[0] != int(mask.sum()):
+        raise ValueError(f"{flat.shape[0]} entries for {int(mask.sum())} response tokens in action_mask")
+    out = flat.new_zeros(*mask.shape, *flat.shape[1:])
+    out[mask] = flat
+    return out
+
+
+def supports_packing(attn_implementation: str | None) -> bool:
+    """Whether the packed layout keeps attention inside each sequence for this attention backend.
+
+    The packed forward passes ``attention_mask=None`` and ``use_cache=False`` with the resetting position_ids:
+
+    * ``flash_attention_2`` / ``flash_attention_3`` (and hub kernels named ``*flash*``): transformers derives
+      ``cu_seqlens`` from the position-id resets and calls the varlen kernel: exact and efficient. Always True.
+    * ``sdpa``, ``eager``, ``flex_attention``: only models whose mask comes from ``transformers.masking_utils``
+      (all in-library decoder models in recent transformers, e.g. Qwen2/Llama) turn the resets into a
+      block-diagonal causal mask (``find_packed_sequence_indices``). That costs a dense [total, total] mask and
+      no saving in attention FLOPs, but is exact; True when the installed transformers has that detection.
+      Older transformers (or remote-code models with their own masking) attend ACROSS sequence boundaries:
+      silently wrong log-probs. The detection is also skipped when an attention mask or a KV cache is passed,
+      which is why the helpers here always pass ``attention_mask=None, use_cache=False``.
+    * anything else (``paged_attention``, unknown): False.
+    """
+    name = (attn_implementation or "").lower()
+    if "flash" in name:
+        return True
+    if name in ("sdpa", "eager", "flex_attention"):
+        try:
+            from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
+        except ImportError:
+            return False
+        return True
+    return False
+
+
+def split_by_token_budget(
+    lengths: Sequence[int], max_tokens_per_micro_batch: int, *, padded: bool = False
+) -> list[list[int]]:
+    """Greedy, order-preserving split of samples into micro-batches of at most ``max_tokens_per_micro_batch``.
+
+    Args:
+        lengths: tokens per sample (prompt + response).
+        max_tokens_per_micro_batch: the budget. The cost of a micro-batch is ``sum(lengths)`` (packed layout) or,
+            with ``padded=True``, ``count * max(lengths)`` (a padded grid). For the left/right padded layout the
+            real width is max prompt + max response, which can exceed max(prompt + response): leave headroom.
+    Returns:
+        Lists of sample indices; concatenated they are ``0 .. len(lengths)-1`` in order. A sample is appended to
+        the current micro-batch while the cost stays within budget, else it starts a new one. A single sample
+        longer than the budget gets a micro-batch of its own (never dropped, never truncated).
+    """
+    if max_tokens_per_micro_batch <= 0:
+        raise ValueError(f"max_tokens_per_micro_batch must be > 0, got {max_tokens_per_micro_batch}")
+    batches: list[list[int]] = []
+    current: list[int] = []
+    total = longest = 0
+    for i, n in enumerate(lengths):
+        n = int(n)
+        if n < 0:
+            raise ValueError(f"lengths[{i}] = {n} < 0")
+        cost = (len(current) + 1) * max(longest, n) if padded else total + n
+        if current and cost > max_tokens_per_micro_batch:
+            batches.append(current)
+            current, total, longest = [], 0, 0
+        current.append(i)
+        total, longest = total + n, max(longest, n)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def split_fixed(num_samples: int, micro_batch_size: int) -> list[list[int]]:
+    """Consecutive micro-batches of ``micro_batch_size`` sample indices (the last one may be smaller)."""
+    if micro_batch_size <= 0:
+        raise ValueError(f"micro_batch_size must be > 0, got {micro_batch_size}")
+    return [list(range(s, min(s + micro_batch_size, num_samples))) for s in range(0, num_samples, micro_batch_size)]
