@@ -1,0 +1,159 @@
+"""Loader: json / jsonl / parquet / HF folders / built-in names, field mapping, and errors naming file and line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reasonrl.data import DataFormatError, load_rows
+
+
+def _write_jsonl(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def test_jsonl_with_auto_fields(tmp_path):
+    path = _write_jsonl(
+        tmp_path / "set.jsonl",
+        [{"problem": "1+1?", "solution": "so \\boxed{2}", "difficulty": 1}, {"question": "2+2?", "answer": 4}],
+    )
+    rows = load_rows(path)
+    assert len(rows) == 2 and rows.num_skipped == 0
+    assert rows[0] == {"id": "set-0", "question": "1+1?", "answer": "2", "source": "set", "difficulty": 1}
+    assert rows[1]["answer"] == "4" and rows[1]["question"] == "2+2?"
+
+
+def test_field_mapping_with_dotted_paths(tmp_path):
+    path = _write_jsonl(tmp_path / "nested.jsonl", [{"q": {"text": "What?"}, "meta": {"gold": ["x", "42"]}, "key": 7}])
+    rows = load_rows(path, fields={"question": "q.text", "answer": "meta.gold.1", "id": "key"}, source_name="mine")
+    assert rows[0]["id"] == "7" and rows[0]["question"] == "What?" and rows[0]["answer"] == "42"
+    assert rows[0]["source"] == "mine"
+
+
+def test_orz_presets(tmp_path):
+    train = tmp_path / "orz.json"
+    train.write_text(
+        json.dumps(
+            [
+                [
+                    {"from": "human", "value": "Compute 3*4."},
+                    {"from": "assistant", "ground_truth": {"value": "12", "pass_at_n": 0.5}},
+                ]
+            ]
+        )
+    )
+    rows = load_rows(train, fields="orz")
+    assert rows[0]["question"] == "Compute 3*4." and rows[0]["answer"] == "12"
+    evals = tmp_path / "math500.json"
+    evals.write_text(json.dumps([{"prompt": [{"from": "user", "value": "Q?"}], "final_answer": "\\frac12"}]))
+    assert load_rows(evals, fields="orz_eval")[0]["answer"] == "\\frac12"
+
+
+def test_gsm8k_raw_answers(tmp_path):
+    path = _write_jsonl(tmp_path / "g.jsonl", [{"question": "q", "answer": "steps <<1+1=2>>\n#### 1,234"}])
+    assert load_rows(path)[0]["answer"] == "1234"
+    assert load_rows(path, answer_from="none")[0]["answer"].endswith("#### 1,234")
+    with pytest.raises(DataFormatError, match=r"g\.jsonl:1: answer has no \\boxed"):
+        load_rows(path, answer_from="boxed")
+
+
+def test_json_list_and_wrapped_object_and_jsonl_named_json(tmp_path):
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps([{"question": "q1", "answer": "1"}, {"question": "q2", "answer": "2"}]))
+    assert [r["answer"] for r in load_rows(a)] == ["1", "2"]
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps({"version": 1, "data": [{"question": "q", "answer": "3"}]}))
+    assert load_rows(b)[0]["answer"] == "3"
+    c = tmp_path / "c.json"
+    c.write_text('{"question": "q", "answer": "4"}\n{"question": "r", "answer": "5"}\n')
+    assert len(load_rows(c)) == 2
+
+
+def test_parquet(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"problem": ["p1", "p2"], "final_answer": ["1", None]}), path)
+    with pytest.raises(DataFormatError, match=r"t\.parquet: row 1: .*answer must be a string or number"):
+        load_rows(path)
+    rows = load_rows(path, on_error="skip")
+    assert len(rows) == 1 and rows.num_skipped == 1
+
+
+def test_hf_dataset_folder(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"question": ["a", "b"], "answer": ["1", "2"]}),
+            "test": datasets.Dataset.from_dict({"question": ["c"], "answer": ["3"]}),
+        }
+    )
+    ds.save_to_disk(str(tmp_path / "hf"))
+    assert [r["answer"] for r in load_rows(tmp_path / "hf", split="train")] == ["1", "2"]
+    with pytest.raises(DataFormatError, match="pass split="):
+        load_rows(tmp_path / "hf")
+    with pytest.raises(DataFormatError, match="no split 'dev'"):
+        load_rows(tmp_path / "hf", split="dev")
+
+
+def test_folder_of_files(tmp_path):
+    (tmp_path / "d").mkdir()
+    _write_jsonl(tmp_path / "d" / "train.jsonl", [{"question": "a", "answer": "1"}])
+    _write_jsonl(tmp_path / "d" / "test.jsonl", [{"question": "b", "answer": "2"}])
+    assert [r["answer"] for r in load_rows(tmp_path / "d", split="test")] == ["2"]
+    assert len(load_rows(tmp_path / "d")) == 2
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"question": "q", "answer": ', r"bad\.jsonl:3: invalid JSON"),
+        ('{"answer": "1"}', r"bad\.jsonl:3: no question field"),
+        ('{"question": "  ", "answer": "1"}', r"bad\.jsonl:3: question \('question'\) is empty"),
+        ('{"question": 5, "answer": "1"}', r"bad\.jsonl:3: question .* must be a string"),
+        ('{"question": "q", "answer": [1]}', r"bad\.jsonl:3: answer must be a string or number"),
+        ('{"question": "q", "answer": true}', r"bad\.jsonl:3: answer must be a string or number"),
+        ("[1, 2]", r"bad\.jsonl:3: no question field"),
+        ('"just a string"', r"bad\.jsonl:3: expected a JSON object"),
+    ],
+)
+def test_malformed_row_names_file_and_line(tmp_path, line, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"question": "a", "answer": "1"}\n\n' + line + "\n" + '{"question": "b", "answer": "2"}\n')
+    with pytest.raises(DataFormatError, match=message):
+        load_rows(path)
+    rows = load_rows(path, on_error="skip")
+    assert [r["answer"] for r in rows] == ["1", "2"] and rows.num_skipped == 1
+    assert rows.skipped and "bad.jsonl:3" in rows.skipped[0]
+
+
+def test_mapped_field_missing(tmp_path):
+    path = _write_jsonl(tmp_path / "m.jsonl", [{"problem": "q", "gold": "1"}])
+    with pytest.raises(DataFormatError, match=r"m\.jsonl:1: missing field 'final' \(mapped to 'answer'\)"):
+        load_rows(path, fields={"question": "problem", "answer": "final"})
+
+
+def test_bad_arguments_and_sources(tmp_path):
+    with pytest.raises(FileNotFoundError, match="neither a file/folder nor a built-in dataset"):
+        load_rows(tmp_path / "nope.jsonl")
+    (tmp_path / "x.csv").write_text("a,b\n")
+    with pytest.raises(DataFormatError, match="unsupported file type"):
+        load_rows(tmp_path / "x.csv")
+    with pytest.raises(ValueError, match="on_error"):
+        load_rows(tmp_path / "x.csv", on_error="ignore")
+    with pytest.raises(ValueError, match="unknown field preset"):
+        load_rows(tmp_path / "x.csv", fields="nope")
+    bad = tmp_path / "broken.json"
+    bad.write_text('[{"question": "q",\n "answer": }]')
+    with pytest.raises(DataFormatError, match=r"broken\.json:2: invalid JSON"):
+        load_rows(bad)
+
+
+def test_builtin_names_and_limit():
+    rows = load_rows("gsm8k_test", limit=5)
+    assert len(rows) == 5 and rows[0]["id"] == "gsm8k/test/0" and rows[0]["answer"] == "18"
+    assert rows[0]["source"] == "gsm8k"
+    assert len(load_rows("math500_test")) == 500
