@@ -3,7 +3,7 @@
 * one tiny model folder (cached on disk across sessions),
 * one Ray cluster,
 * one vLLM engine actor on the tiny model,
-* one 2-rank DeepSpeed ZeRO-3 group (two Ray actors over gloo).
+* a 2-rank DeepSpeed ZeRO-3 group (two Ray actors over gloo) for the module that uses it.
 
 The Ray fixture checks on teardown that the session left nothing behind in ``/dev/shm``.
 """
@@ -94,7 +94,7 @@ def vllm_engine(placement_group, tiny_model_dir):
     ray.kill(engine)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ds_workers(placement_group, tiny_model_dir):
     """Two DeepSpeed ZeRO-3 ranks (Ray actors in bundles 0 and 1) holding the tiny model, joined over gloo."""
     import ray
@@ -115,8 +115,9 @@ def ds_workers(placement_group, tiny_model_dir):
         for rank in range(world_size)
     ]
     addr, port = ray.get(workers[0].master_address.remote())
+    ray.get([w.init_process_group.remote(addr, port, timeout_s=120) for w in workers], timeout=300)
     ds_config = build_ds_config(zero_stage=3, micro_batch_size_per_rank=4, world_size=world_size)
-    ray.get([w.setup.remote(addr, port, str(tiny_model_dir), ds_config, timeout_s=120) for w in workers], timeout=600)
+    ray.get([w.setup.remote(str(tiny_model_dir), ds_config) for w in workers], timeout=600)
     yield workers
     for w in workers:
         ray.kill(w)

@@ -136,6 +136,18 @@ class VLLMEngine:
                 )
         return completions
 
+    def prompt_logprobs(self, token_ids: Sequence[int]) -> list[float]:
+        """log p(token_t | token_<t) for t = 1..len-1 under the engine's current weights (teacher forcing).
+
+        This is the weight-sync probe: comparing it with the trainer's own log-probs of the same sequence shows
+        whether the engine really holds the trainer's weights (vLLM bypasses the prefix cache for prompt logprobs).
+        """
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)  # vLLM skips the prefix cache itself
+        (request,) = self.llm.generate([{"prompt_token_ids": list(token_ids)}], params, use_tqdm=False)
+        return [float(request.prompt_logprobs[t][tok].logprob) for t, tok in enumerate(token_ids) if t > 0]
+
     # ---------------------------------------------------------------- weights
     def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> int:
         """Load HF-named full tensors into the live engine in place. Returns the number of tensors loaded.

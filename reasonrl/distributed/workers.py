@@ -1,8 +1,7 @@
 """Ray actors that hold one DeepSpeed rank each.
 
-:class:`DeepSpeedLMWorker` is the shared base: it joins the process group, loads a causal LM under the configured
-ZeRO stage and trains it with a plain next-token loss (used by the smoke tests and SFT). Policy, reference,
-critic and reward-model workers build on it.
+:class:`DistributedWorker` joins a role's process group (``gloo`` on CPU, ``nccl`` on GPU). :class:`DeepSpeedLMWorker`
+trains a causal LM with a plain next-token loss (smoke tests, SFT). The PPO roles are in ``ppo_workers``.
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class DeepSpeedLMWorker:
-    """One data-parallel rank of a causal LM trained with DeepSpeed."""
+class DistributedWorker:
+    """One rank of a role's data-parallel group."""
 
     def __init__(self, rank: int, world_size: int):
         self.rank, self.world_size = rank, world_size
@@ -34,19 +33,20 @@ class DeepSpeedLMWorker:
 
         return ray.util.get_node_ip_address(), free_port()
 
-    def setup(
-        self,
-        master_addr: str,
-        master_port: int,
-        model_path: str,
-        ds_config: dict[str, Any],
-        lr: float = 1e-3,
-        timeout_s: float = 1800,
-    ) -> int:
-        """Join the group, load the model partitioned, build the optimizer. Returns the local parameter count."""
+    def init_process_group(self, master_addr: str, master_port: int, timeout_s: float = 1800) -> None:
+        ds.init_distributed(self.rank, self.world_size, master_addr, master_port, timeout_s=timeout_s)
+
+    def ready(self) -> bool:
+        return True
+
+
+class DeepSpeedLMWorker(DistributedWorker):
+    """A causal LM trained with a next-token loss under the configured ZeRO stage."""
+
+    def setup(self, model_path: str, ds_config: dict[str, Any], lr: float = 1e-3) -> int:
+        """Load the model partitioned, build the optimizer. Returns the local parameter count."""
         import torch
 
-        ds.init_distributed(self.rank, self.world_size, master_addr, master_port, timeout_s=timeout_s)
         torch.manual_seed(0)
         model, self._hf_ds_config = ds.load_causal_lm(model_path, ds_config)
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
@@ -55,10 +55,8 @@ class DeepSpeedLMWorker:
 
     def lm_loss(self, input_ids, attention_mask):
         """Mean next-token cross-entropy over unmasked positions."""
-        out = self.engine(
-            input_ids=input_ids, attention_mask=attention_mask, labels=input_ids.masked_fill(attention_mask == 0, -100)
-        )
-        return out.loss
+        labels = input_ids.masked_fill(attention_mask == 0, -100)
+        return self.engine(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
 
     def train_step(self, input_ids, attention_mask) -> float:
         """One forward/backward/optimizer step on this rank's micro-batch. Returns the loss before the step."""

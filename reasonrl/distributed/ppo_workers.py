@@ -1,0 +1,417 @@
+"""Ray actors for the PPO roles, one DeepSpeed rank each: policy, reference, critic and reward model.
+
+Workers compute; the trainer orchestrates. Every method that runs a forward pass is *collective* over the role's
+data-parallel group (ZeRO-3 gathers parameters layer by layer during the forward), so the driver calls it on all
+ranks at once, each with its own shard, and every rank runs the same number of micro-batches: a rank with fewer
+samples repeats a zero-weighted micro-batch (see :func:`equalised_micro_batches`).
+
+Math lives in ``reasonrl.algos`` (losses, aggregation, KL) and ``reasonrl.models`` (log-probs, values, batching);
+DeepSpeed calls live in ``reasonrl.distributed.deepspeed_engine``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from reasonrl.distributed import deepspeed_engine as ds
+from reasonrl.distributed.workers import DistributedWorker
+from reasonrl.experience import Experience, Sample
+
+
+@dataclasses.dataclass
+class WorkerConfig:
+    """How one role's model is loaded and trained (the experiment config maps onto this)."""
+
+    model_path: str
+    zero_stage: int = 3
+    bf16: bool = False
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    total_steps: int = 1000
+    lr_schedule: str = "constant"
+    grad_clip: float = 1.0
+    gradient_checkpointing: bool = False
+    attn_implementation: str = "sdpa"
+    offload_params: bool = False
+    offload_optimizer: bool = False
+    max_tokens_per_micro_batch: int = 8192
+    pad_token_id: int = 0
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class PolicyLossConfig:
+    """Policy-update settings (see docs/algorithms.md for every name)."""
+
+    loss: str = "ppo"
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip_c: float | None = None
+    agg_mode: str = "token-mean"
+    norm_constant: float | None = None
+    kl_loss_coef: float = 0.0
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    temperature: float = 1.0
+
+
+@dataclasses.dataclass
+class ValueLossConfig:
+    clip_eps: float | None = 0.2
+    agg_mode: str = "token-mean"
+    norm_constant: float | None = None
+
+
+def equalised_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Token-budget micro-batches of this rank, padded to the group's maximum count.
+
+    Ranks agree on the count with an all-reduce (MAX). Missing micro-batches are empty lists: the caller runs a
+    zero-weighted forward on a dummy sample so the collective parameter gathers of every rank line up.
+    """
+    import torch.distributed as dist
+
+    from reasonrl.models import split_by_token_budget
+
+    batches = split_by_token_budget(list(lengths), max_tokens) if len(lengths) else []
+    count = torch.tensor([len(batches)], dtype=torch.long)
+    if dist.is_initialized():
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return batches + [[] for _ in range(int(count.item()) - len(batches))]
+
+
+DUMMY_SAMPLE: Sample = ([0, 0], [0])
+AGG_KWARGS = ("agg_mode", "global_num_tokens", "global_num_seqs", "norm_constant")
+
+
+class _ModelWorker(DistributedWorker):
+    """Shared plumbing: load under the configured ZeRO stage, forward over equalised micro-batches."""
+
+    config: WorkerConfig
+
+    def _micro_batches(self, samples: Sequence[Sample]) -> list[tuple[list[int], list[Sample]]]:
+        lengths = [len(p) + len(r) for p, r in samples]
+        out = []
+        for idx in equalised_micro_batches(lengths, self.config.max_tokens_per_micro_batch):
+            out.append((idx, [samples[i] for i in idx] if idx else [DUMMY_SAMPLE]))
+        return out
+
+    def _padded(self, samples: Sequence[Sample]):
+        from reasonrl.models import pad_batch
+
+        return pad_batch(samples, self.config.pad_token_id).to(self.device)
+
+    @property
+    def device(self) -> torch.device:
+        return self.engine.device if self.engine is not None else torch.device("cpu")
+
+    def _train_ds_config(self, micro_batch_size: int = 1) -> dict[str, Any]:
+        c = self.config
+        return ds.build_ds_config(
+            zero_stage=c.zero_stage,
+            bf16=c.bf16,
+            world_size=self.world_size,
+            micro_batch_size_per_rank=micro_batch_size,
+            grad_clip=c.grad_clip,
+            offload_optimizer=c.offload_optimizer,
+        )
+
+    def _build_trainable(self, model) -> None:
+        c = self.config
+        if c.gradient_checkpointing:
+            ds.enable_gradient_checkpointing(model)
+        ds_config = self._train_ds_config()
+        optimizer = ds.make_optimizer(model, lr=c.lr, weight_decay=c.weight_decay, ds_config=ds_config)
+        scheduler = ds.make_lr_scheduler(optimizer, c.warmup_steps, c.total_steps, schedule=c.lr_schedule)
+        self.engine = ds.initialize(model, ds_config, optimizer, lr_scheduler=scheduler)
+
+    def _frozen_ds_config(self) -> dict[str, Any]:
+        c = self.config
+        return ds.build_ds_config(
+            zero_stage=c.zero_stage,
+            bf16=c.bf16,
+            world_size=self.world_size,
+            offload_params=c.offload_params,
+            train=False,
+        )
+
+
+class PolicyWorker(_ModelWorker):
+    """The actor model: log-probs for the rollout, the PPO update, and weights for the vLLM engines."""
+
+    def setup(self, config: WorkerConfig) -> int:
+        self.config = config
+        torch.manual_seed(config.seed)
+        model, self._hf_ds_config = ds.load_causal_lm(
+            config.model_path, self._train_ds_config(), attn_implementation=config.attn_implementation
+        )
+        self._build_trainable(model)
+        return sum(p.numel() for p in self.engine.module.parameters())
+
+    @torch.no_grad()
+    def compute_logprobs(
+        self, samples: Sequence[Sample], temperature: float = 1.0, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (and entropies) of the response tokens. Collective. Returns [batch, T] CPU tensors."""
+        self.engine.eval()
+        return _forward_logprobs(self, self.engine, samples, temperature, with_entropy)
+
+    def update(self, experience: Experience, cfg: PolicyLossConfig, global_tokens: int, global_seqs: int):
+        """One optimizer step over this rank's shard (all micro-batches accumulated). Collective.
+
+        ``global_tokens`` / ``global_seqs`` count the whole mini-batch over all ranks, so every micro-batch's
+        aggregated loss is a share of the global loss (exact for every aggregation mode). DeepSpeed averages
+        gradients over ranks, so each rank's loss is multiplied by the world size to get the global sum.
+        """
+        from reasonrl.algos import aggregate_loss, get_policy_loss, kl_loss
+        from reasonrl.models import response_logprobs
+
+        self.engine.train()
+        loss_fn = get_policy_loss(cfg.loss)
+        micro_batches = self._micro_batches(experience.samples)
+        metrics: dict[str, float] = {}
+        tokens_seen = 0
+        for i, (idx, samples) in enumerate(micro_batches):
+            batch = self._padded(samples)
+            width = batch.num_actions
+            weight = 1.0 if idx else 0.0  # dummy micro-batches keep collectives aligned but contribute nothing
+            mb = experience.select(idx, width) if idx else None
+            logprobs, entropy = response_logprobs(self.engine, batch, cfg.temperature, with_entropy=True)
+            mask = batch.action_mask
+            agg = (cfg.agg_mode, global_tokens, global_seqs, cfg.norm_constant)
+            if mb is None:
+                loss, stats = logprobs.sum() * 0.0, {}
+            else:
+                loss, stats = loss_fn(
+                    logprobs,
+                    mb.old_logprobs.to(logprobs),
+                    mb.advantages.to(logprobs),
+                    mask,
+                    clip_low=cfg.clip_low,
+                    clip_high=cfg.clip_high,
+                    dual_clip_c=cfg.dual_clip_c,
+                    **dict(zip(AGG_KWARGS, agg, strict=True)),
+                )
+                if cfg.kl_loss_coef:
+                    ref = mb.ref_logprobs.to(logprobs)
+                    kl, kl_stats = kl_loss(
+                        logprobs, ref, mask, estimator=cfg.kl_estimator, **dict(zip(AGG_KWARGS, agg, strict=True))
+                    )
+                    loss = loss + cfg.kl_loss_coef * kl
+                    stats |= kl_stats
+                if cfg.entropy_coef:
+                    loss = loss - cfg.entropy_coef * aggregate_loss(entropy, mask, *agg)
+            ds.backward(self.engine, loss * weight * self.world_size, is_last=i == len(micro_batches) - 1)
+            n = int(mask.sum()) if idx else 0
+            if n:
+                stats["entropy"] = (entropy.detach() * mask).sum() / n
+                _accumulate(metrics, stats, n)
+                tokens_seen += n
+        lr = ds.step(self.engine)
+        out = {k: v / max(tokens_seen, 1) for k, v in metrics.items()}
+        return out | {"grad_norm": ds.grad_norm(self.engine), "lr": lr, "tokens": tokens_seen}
+
+    # ---------------------------------------------------------------- weights for vLLM
+    def param_sizes(self) -> list[tuple[str, int]]:
+        """(name, full size in bytes) of every parameter, in order (for bucket planning)."""
+        return ds.full_param_sizes(self.engine.module)
+
+    def sync_weights(self, engines: list, bucket_bytes: int, probe_ids: Sequence[int] | None, tol: float):
+        """Send the current weights to every vLLM engine and verify them. Collective over the policy group.
+
+        Returns a :class:`reasonrl.distributed.weight_sync.SyncReport` on rank 0 and None elsewhere.
+        """
+        import ray
+
+        from reasonrl.distributed.weight_sync import SyncReport, check_probe, plan_buckets
+
+        gather_s = load_s = 0.0
+        num_tensors = num_bytes = 0
+        buckets = plan_buckets(self.param_sizes(), bucket_bytes)
+        pending: list = []
+        for names in buckets:
+            tensors, seconds = _timed(ds.gather_params, self.engine.module, names)
+            gather_s += seconds
+            if self.rank == 0:
+                ref = ray.put(list(tensors.items()))
+                num_tensors += len(tensors)
+                num_bytes += sum(t.numel() * t.element_size() for t in tensors.values())
+                _, seconds = _timed(ray.get, pending)  # at most one bucket in flight per engine
+                load_s += seconds
+                pending = [engine.update_weights.remote(ref) for engine in engines]
+        if self.rank == 0:
+            _, seconds = _timed(ray.get, pending)
+            load_s += seconds
+        verify_s, worst = 0.0, float("nan")
+        if probe_ids is not None:
+            import time
+
+            start = time.perf_counter()
+            trainer_lps, _ = self.compute_logprobs([(list(probe_ids[:1]), list(probe_ids[1:]))])
+            if self.rank == 0:
+                engine_lps = ray.get([engine.prompt_logprobs.remote(list(probe_ids)) for engine in engines])
+                worst = check_probe(engine_lps, trainer_lps[0].tolist(), tol)
+            verify_s = time.perf_counter() - start
+        if self.rank != 0:
+            return None
+        return SyncReport(num_tensors, len(buckets), num_bytes, gather_s, load_s, verify_s, worst)
+
+    def full_state_dict(self):
+        return ds.gather_full_state_dict(self.engine.module)
+
+
+class ReferenceWorker(_ModelWorker):
+    """A frozen copy of the initial policy: reference log-probs for the KL term."""
+
+    def setup(self, config: WorkerConfig) -> int:
+        self.config = config
+        model, self._hf_ds_config = ds.load_causal_lm(
+            config.model_path, self._frozen_ds_config(), attn_implementation=config.attn_implementation
+        )
+        self.engine = ds.initialize_frozen(model, self._frozen_ds_config())
+        return sum(p.numel() for p in self.engine.module.parameters())
+
+    @torch.no_grad()
+    def compute_logprobs(self, samples: Sequence[Sample], temperature: float = 1.0):
+        return _forward_logprobs(self, self.engine, samples, temperature, False)[0]
+
+
+class CriticWorker(_ModelWorker):
+    """The value model: per-token values V(s_t) and the clipped value update."""
+
+    def setup(self, config: WorkerConfig) -> int:
+        from reasonrl.models import load_critic
+
+        self.config = config
+        torch.manual_seed(config.seed)
+        self._hf_ds_config = ds.hf_zero3_config(self._train_ds_config())
+        critic = load_critic(config.model_path, attn_implementation=config.attn_implementation, seed=config.seed)
+        self._build_trainable(critic)
+        return sum(p.numel() for p in self.engine.module.parameters())
+
+    @torch.no_grad()
+    def compute_values(self, samples: Sequence[Sample]) -> torch.Tensor:
+        """Values [batch, T] (zeros at padding). Collective."""
+        from reasonrl.models import response_values
+
+        self.engine.eval()
+        return _stitch(self, samples, lambda batch: (response_values(self.engine, batch),))[0]
+
+    def update(self, experience: Experience, cfg: ValueLossConfig, global_tokens: int, global_seqs: int):
+        """One optimizer step of the clipped value loss over this rank's shard. Collective."""
+        from reasonrl.algos import value_loss
+        from reasonrl.models import response_values
+
+        self.engine.train()
+        micro_batches = self._micro_batches(experience.samples)
+        metrics: dict[str, float] = {}
+        tokens_seen = 0
+        for i, (idx, samples) in enumerate(micro_batches):
+            batch = self._padded(samples)
+            values = response_values(self.engine, batch)
+            if idx:
+                mb = experience.select(idx, batch.num_actions)
+                loss, stats = value_loss(
+                    values,
+                    mb.old_values.to(values),
+                    mb.returns.to(values),
+                    batch.action_mask,
+                    clip_eps=cfg.clip_eps,
+                    agg_mode=cfg.agg_mode,
+                    global_num_tokens=global_tokens,
+                    global_num_seqs=global_seqs,
+                    norm_constant=cfg.norm_constant,
+                )
+                stats["value_loss"] = loss.detach() / max(global_tokens, 1)
+            else:
+                loss, stats = values.sum() * 0.0, {}
+            ds.backward(self.engine, loss * self.world_size, is_last=i == len(micro_batches) - 1)
+            n = int(batch.action_mask.sum()) if idx else 0
+            if n:
+                _accumulate(metrics, {k: v for k, v in stats.items() if k != "value_loss"}, n)
+                tokens_seen += n
+        lr = ds.step(self.engine)
+        out = {k: v / max(tokens_seen, 1) for k, v in metrics.items()}
+        return out | {"grad_norm": ds.grad_norm(self.engine), "lr": lr}
+
+
+class RewardModelWorker(_ModelWorker):
+    """Optional learned reward: a sequence-classification model scoring (prompt + response)."""
+
+    def setup(self, config: WorkerConfig) -> int:
+        from transformers import AutoModelForSequenceClassification
+
+        self.config = config
+        ds_config = self._frozen_ds_config()
+        self._hf_ds_config = ds.hf_zero3_config(ds_config)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            config.model_path, num_labels=1, dtype=torch.float32, attn_implementation=config.attn_implementation
+        )
+        self.engine = ds.initialize_frozen(model, ds_config)
+        return sum(p.numel() for p in self.engine.module.parameters())
+
+    @torch.no_grad()
+    def score(self, samples: Sequence[Sample]) -> torch.Tensor:
+        """One scalar per sample: the score head at the last response token. [batch] float32. Collective.
+
+        The last token is located from our own layout (right-padded responses), not from ``pad_token_id`` as
+        transformers' pooling does, which picks the wrong token when the pad id doubles as EOS.
+        """
+        module = self.engine.module
+        backbone, head = getattr(module, module.base_model_prefix), getattr(module, "score", None)
+        if head is None:
+            raise TypeError(f"{type(module).__name__} has no `score` head (decoder-LM sequence classifiers have one)")
+        scores = torch.zeros(len(samples))
+        for idx, mb_samples in self._micro_batches(samples):
+            batch = self._padded(mb_samples)
+            hidden = backbone(
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                position_ids=batch.position_ids,
+                use_cache=False,
+            ).last_hidden_state  # [mb, seq, hidden]
+            last = batch.prompt_width + batch.action_mask.sum(-1) - 1  # [mb]: column of the last real token
+            values = head(hidden[torch.arange(len(mb_samples)), last])[:, 0]  # [mb]
+            if idx:
+                scores[idx] = values.float().cpu()
+        return scores
+
+
+# -------------------------------------------------------------------------------------------------- helpers
+def _forward_logprobs(worker, model, samples, temperature, with_entropy):
+    from reasonrl.models import response_logprobs
+
+    return _stitch(worker, samples, lambda batch: response_logprobs(model, batch, temperature, with_entropy))
+
+
+def _stitch(worker, samples, forward) -> list[torch.Tensor | None]:
+    """Run ``forward(batch)`` over equalised micro-batches and place each output's rows in [batch, T] tensors."""
+    width = max((len(r) for _, r in samples), default=0)
+    outputs: list[torch.Tensor | None] | None = None
+    for idx, mb_samples in worker._micro_batches(samples):
+        results = forward(worker._padded(mb_samples))
+        if outputs is None:
+            outputs = [None if r is None else torch.zeros(len(samples), width) for r in results]
+        if idx:
+            for out, r in zip(outputs, results, strict=True):
+                if out is not None:
+                    out[idx, : r.shape[1]] = r.float().cpu()
+    return outputs or [torch.zeros(len(samples), width)]
+
+
+def _accumulate(total: dict[str, float], stats: dict[str, Any], weight: int) -> None:
+    """Token-weighted running sums of scalar metrics (divided by the token count at the end)."""
+    for key, value in stats.items():
+        total[key] = total.get(key, 0.0) + float(value) * weight
+
+
+def _timed(fn, *args):
+    import time
+
+    start = time.perf_counter()
+    result = fn(*args)
+    return result, time.perf_counter() - start

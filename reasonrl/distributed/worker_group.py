@@ -1,0 +1,72 @@
+"""Driver-side handle of one role: its Ray actors (one per data-parallel rank), created in their placement bundles.
+
+    group = WorkerGroup(PolicyWorker, placement["policy"], name="policy")
+    group.call("setup", config)                      # same arguments on every rank
+    group.call_sharded("update", experience.shard(group.world_size), cfg, tokens, seqs)
+
+Methods that run forward passes are collective (ZeRO-3), so they are always sent to every rank before waiting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from loguru import logger
+
+
+class WorkerGroup:
+    """``world_size`` actors of ``worker_cls`` forming one process group."""
+
+    def __init__(
+        self,
+        worker_cls,
+        placement=None,
+        *,
+        world_size: int | None = None,
+        num_cpus_per_actor: float = 1,
+        name: str = "",
+        timeout_s: float = 1800,
+    ):
+        """Actors go to ``placement`` (a ``RolePlacement``) or, without one, anywhere with ``num_cpus_per_actor``."""
+        import ray
+
+        self.name = name or worker_cls.__name__
+        self.world_size = placement.num_actors if placement is not None else (world_size or 1)
+        actor_cls = ray.remote(worker_cls)
+        self.actors = []
+        for rank in range(self.world_size):
+            options: dict[str, Any] = (
+                placement.actor_options(rank) if placement is not None else {"num_cpus": num_cpus_per_actor}
+            )
+            self.actors.append(actor_cls.options(**options).remote(rank, self.world_size))
+        addr, port = ray.get(self.actors[0].master_address.remote())
+        ray.get([a.init_process_group.remote(addr, port, timeout_s) for a in self.actors])
+        logger.info(f"{self.name}: {self.world_size} rank(s) joined at {addr}:{port}")
+
+    def call(self, method: str, *args, **kwargs) -> list:
+        """Run ``method(*args, **kwargs)`` on every rank; returns the per-rank results."""
+        import ray
+
+        return ray.get([getattr(a, method).remote(*args, **kwargs) for a in self.actors])
+
+    def call_async(self, method: str, *args, **kwargs) -> list:
+        """Like :meth:`call` but returns the object refs (to overlap with other roles)."""
+        return [getattr(a, method).remote(*args, **kwargs) for a in self.actors]
+
+    def call_sharded(self, method: str, shards: Sequence, *args, **kwargs) -> list:
+        """Run ``method(shards[rank], *args, **kwargs)`` on every rank."""
+        import ray
+
+        if len(shards) != self.world_size:
+            raise ValueError(f"{self.name}: {len(shards)} shards for {self.world_size} ranks")
+        return ray.get(
+            [getattr(a, method).remote(s, *args, **kwargs) for a, s in zip(self.actors, shards, strict=True)]
+        )
+
+    def kill(self) -> None:
+        import ray
+
+        for actor in self.actors:
+            ray.kill(actor)
+        self.actors = []

@@ -1,0 +1,249 @@
+"""Run by test_distributed_ds_checkpoint.py in a subprocess (world size 1, gloo): exercise the DeepSpeed adapter.
+
+torch.distributed state and transformers' global ``HfDeepSpeedConfig`` would leak into a shared pytest process,
+hence a separate one. Writes ``<out_dir>/result.json`` with measured values; the test asserts on them.
+
+Usage: python ds_adapter_probe.py <out_dir> <model_dir>
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+
+T0 = time.perf_counter()
+TIMINGS: dict[str, float] = {}
+
+
+def lap(name: str, since: float) -> float:
+    now = time.perf_counter()
+    TIMINGS[name] = round(now - since, 3)
+    return now
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def batch(seed: int, size: int = 4, seq: int = 24, vocab: int = 2048):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (size, seq), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, -4:] = 0
+    return ids, mask
+
+
+def lm_loss(model, ids, mask):
+    return model(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss
+
+
+def main(out_dir: str, model_dir: str) -> None:
+    import torch
+
+    from reasonrl.distributed import deepspeed_engine as ds
+
+    torch.manual_seed(0)
+    out = Path(out_dir)
+    result: dict = {}
+    t = time.perf_counter()
+    ds.init_distributed(0, 1, "127.0.0.1", free_port(), timeout_s=120)
+    t = lap("init_distributed", t)
+
+    cfg = ds.build_ds_config(zero_stage=3, micro_batch_size_per_rank=4, world_size=1, grad_clip=1.0)
+    sched_kw = dict(warmup_steps=2, total_steps=8, schedule="cosine", min_lr_ratio=0.1)
+    base_lr = 1e-3
+
+    def train_engine(config=cfg, gradient_checkpointing=True, **sched):
+        model, hf_cfg = ds.load_causal_lm(model_dir, config)
+        if gradient_checkpointing:
+            ds.enable_gradient_checkpointing(model)
+        opt = ds.make_optimizer(model, lr=base_lr, weight_decay=0.1)
+        engine = ds.initialize(model, config, opt, ds.make_lr_scheduler(opt, **(sched or sched_kw)))
+        return engine, hf_cfg
+
+    def step(engine, k):
+        engine.train()
+        lr = engine.get_lr()[0]
+        loss = lm_loss(engine, *batch(k))
+        engine.backward(loss)
+        engine.step()
+        return float(loss.detach()), lr
+
+    engine, hf_keep = train_engine()
+    t = lap("engine_a_init", t)
+    module = engine.module
+    result["gradient_checkpointing"] = bool(module.is_gradient_checkpointing)
+    result["partitioned_shape"] = list(dict(module.named_parameters())["model.embed_tokens.weight"].shape)
+    result["optimizer"] = type(engine.optimizer.optimizer).__name__
+    result["param_group_decay"] = [g["weight_decay"] for g in engine.optimizer.optimizer.param_groups]
+
+    # With checkpointing, backward re-runs each layer's forward: 2 calls per step, not 1. (A pre-hook: the
+    # non-reentrant recompute stops early, once the saved tensors are rebuilt, so post-forward hooks may not fire.)
+    layer_calls = []
+    hook = module.model.layers[0].register_forward_pre_hook(lambda *_: layer_calls.append(1))
+    losses_a, lrs_a = [], []
+    for k in range(3):
+        loss, lr = step(engine, k)
+        if k == 0:
+            result["layer0_calls_per_step"] = len(layer_calls)
+            hook.remove()
+        losses_a.append(loss)
+        lrs_a.append(lr)
+        if k == 0:  # exercise DeepSpeed's offload/reload path on CPU (force: nothing is freed on a CPU host)
+            result["offload_skipped_on_cpu"] = ds.offload_states(engine) == []
+            result["offloaded"] = ds.offload_states(engine, force=True)
+            result["reloaded"] = ds.reload_states(engine)
+            result["reload_again"] = ds.reload_states(engine)
+    t = lap("train_3_steps", t)
+    ckpt = out / "ckpt"
+    ds.save_checkpoint(engine, ckpt, "step3", client_state={"step": 3, "note": "hello"})
+    t = lap("save_checkpoint", t)
+    saved_params = ds.gather_full_state_dict(engine.module)
+    result["ckpt_files"] = sorted(str(p.relative_to(ckpt)) for p in ckpt.rglob("*") if p.is_file())
+    for k in (3, 4):
+        loss, lr = step(engine, k)
+        losses_a.append(loss)
+        lrs_a.append(lr)
+    result["losses_a"], result["lrs_a"] = losses_a, lrs_a
+    t = lap("train_2_more", t)
+    try:  # a failure mid-save (unpicklable client state) must raise, and must not move ckpt/latest
+        ds.save_checkpoint(engine, ckpt, "bad", client_state={"fn": lambda: 0})
+        result["failed_save_raises"] = False
+    except Exception as exc:
+        result["failed_save_raises"] = type(exc).__name__
+    result["latest_after_failed_save"] = (ckpt / "latest").read_text()
+
+    engine_b, hf_keep_b = train_engine()
+    try:
+        ds.load_checkpoint(engine_b, ckpt, "missing")
+        result["missing_raises"] = False
+    except FileNotFoundError:
+        result["missing_raises"] = True
+    client_state = ds.load_checkpoint(engine_b, ckpt, "step3")
+    result["client_state"] = client_state
+    result["global_steps_b"] = engine_b.global_steps
+    t = lap("engine_b_init_and_load", t)
+    losses_b, lrs_b = [], []
+    for k in (3, 4):
+        loss, lr = step(engine_b, k)
+        losses_b.append(loss)
+        lrs_b.append(lr)
+    result["losses_b"], result["lrs_b"] = losses_b, lrs_b
+    t = lap("train_2_resumed", t)
+
+    # Parameters-only load (warm start): same weights, fresh optimizer and schedule.
+    engine_e, hf_keep_e = train_engine()
+    ds.load_checkpoint(engine_e, ckpt, "step3", load_optimizer=False)
+    params_e = ds.gather_full_state_dict(engine_e.module)
+    result["params_only_max_diff"] = max(float((params_e[k] - saved_params[k]).abs().max()) for k in saved_params)
+    result["params_only_lr"] = engine_e.get_lr()[0]
+    del engine_e, hf_keep_e
+    t = lap("params_only_load", t)
+
+    # backward(is_last)/step: an update from two half micro-batches equals one from the full batch. ZeRO-2 is the
+    # discriminating case: without the boundary marking it drops the first micro-batch's gradient (ZeRO-3 does not).
+    for stage in (2, 3):
+        cfg_s = ds.build_ds_config(zero_stage=stage, micro_batch_size_per_rank=4, world_size=1, grad_clip=1.0)
+        engine_f, hf_keep_f = train_engine(cfg_s, gradient_checkpointing=False)
+        engine_g, hf_keep_g = train_engine(cfg_s, gradient_checkpointing=False)
+        norms, lrs = {"split": [], "full": []}, []
+        for k in range(2):
+            ids, _ = batch(10 + k)
+            full_mask = torch.ones_like(ids)  # equal token counts per row: mean of halves == full mean
+            for j, rows in enumerate((slice(0, 2), slice(2, 4))):
+                loss = lm_loss(engine_f, ids[rows], full_mask[rows]) * 0.5
+                ds.backward(engine_f, loss, is_last=j == 1)
+            lrs.append(ds.step(engine_f))
+            norms["split"].append(ds.grad_norm(engine_f))
+            ds.backward(engine_g, lm_loss(engine_g, ids, full_mask))
+            ds.step(engine_g)
+            norms["full"].append(ds.grad_norm(engine_g))
+        pf, pg = ds.gather_full_state_dict(engine_f.module), ds.gather_full_state_dict(engine_g.module)
+        result[f"accum_z{stage}"] = {
+            "max_param_diff": max(float((pf[k] - pg[k]).abs().max()) for k in pf),
+            "grad_norms": norms,
+            "step_lrs": lrs,
+            "global_steps": engine_f.global_steps,
+            "next_lr": ds.current_lr(engine_f),
+            "partitioned": list(dict(engine_f.module.named_parameters())["lm_head.weight"].shape) == [0],
+        }
+        del engine_f, engine_g, hf_keep_f, hf_keep_g
+    t = lap("micro_batch_accumulation", t)
+
+    # Reference run without offload/reload and without gradient checkpointing: same first 3 losses.
+    engine_c, hf_keep_c = train_engine(gradient_checkpointing=False)
+    result["losses_reference"] = [step(engine_c, k)[0] for k in range(3)]
+    del engine_c, hf_keep_c
+    t = lap("reference_run", t)
+
+    # bf16 with fp32 gradient accumulation and 2 micro-batches per optimizer step (constant LR, 4 warmup steps).
+    cfg_bf16 = ds.build_ds_config(
+        zero_stage=3, bf16=True, grad_accum_dtype="fp32", micro_batch_size_per_rank=4, grad_accum_steps=2
+    )
+    engine_d, hf_keep_d = train_engine(cfg_bf16, warmup_steps=4)
+    result["bf16_losses"] = [step(engine_d, k)[0] for k in range(4)]
+    result["bf16_global_steps"] = engine_d.global_steps
+    result["bf16_lr_after"] = engine_d.get_lr()[0]
+    result["bf16_param_dtype"] = str(next(engine_d.module.parameters()).dtype)
+    del engine_d, hf_keep_d
+    t = lap("bf16_run", t)
+
+    # Bucketed gather: identical to the full state dict, buckets within the limit, same order as named_parameters.
+    limit = 300_000
+    buckets = list(ds.iter_full_params(engine_b.module, limit))
+    full = ds.gather_full_state_dict(engine_b.module)
+    sizes = [(len(b), sum(x.numel() * x.element_size() for _, x in b)) for b in buckets]
+    result["bucket_count"] = len(buckets)
+    result["buckets_within_limit"] = all(n == 1 or s <= limit for n, s in sizes)
+    names = [n for b in buckets for n, _ in b]
+    result["bucket_names_match"] = names == [n for n, _ in engine_b.module.named_parameters()]
+    result["bucket_tensors_equal"] = all(torch.equal(x, full[n]) for b in buckets for n, x in b)
+    result["bucket_tensors_full"] = all(x.numel() > 0 for b in buckets for _, x in b)
+    t = lap("gather", t)
+
+    from transformers import AutoTokenizer
+
+    eval_ids, eval_mask = batch(99)
+    engine_b.eval()
+    with torch.no_grad():
+        engine_eval_loss = float(lm_loss(engine_b, eval_ids, eval_mask))
+    hf_dir = ds.export_hf(engine_b, out / "hf", tokenizer=AutoTokenizer.from_pretrained(model_dir))
+    result["hf_files"] = sorted(p.name for p in hf_dir.iterdir())
+    t = lap("export_hf", t)
+
+    # Frozen ZeRO-3 engine with parameter offload (before load_plain_model, which unsets the global HF config).
+    eval_cfg = ds.build_ds_config(zero_stage=3, micro_batch_size_per_rank=4, train=False, offload_params=True)
+    frozen_model, hf_keep_frozen = ds.load_causal_lm(model_dir, eval_cfg)
+    frozen = ds.initialize_frozen(frozen_model, eval_cfg)
+    with torch.no_grad():
+        frozen_logits = frozen(input_ids=eval_ids, attention_mask=eval_mask).logits
+    result["frozen_offload_skipped"] = ds.offload_states(frozen, force=True) == []
+    result["frozen_training"] = frozen.module.training
+    t = lap("frozen_engine", t)
+
+    plain = ds.load_plain_model(model_dir)
+    exported = ds.load_plain_model(str(hf_dir))
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+
+    result["zero3_flag_restored"] = is_deepspeed_zero3_enabled()  # the live ZeRO-3 models keep their integration
+    with torch.no_grad():
+        plain_logits = plain(input_ids=eval_ids, attention_mask=eval_mask).logits
+        result["export_loss_diff"] = abs(float(lm_loss(exported, eval_ids, eval_mask)) - engine_eval_loss)
+    result["frozen_max_abs_diff"] = float((frozen_logits - plain_logits).abs().max())
+    t = lap("plain_compare", t)
+    TIMINGS["total_in_process"] = round(time.perf_counter() - T0, 3)
+    result["timings"] = TIMINGS
+    del hf_keep, hf_keep_b, hf_keep_frozen
+    (out / "result.json").write_text(json.dumps(result, indent=1))
+    print("probe-done", json.dumps(TIMINGS), flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
