@@ -129,6 +129,23 @@ class _ModelWorker(DistributedWorker):
         scheduler = ds.make_lr_scheduler(optimizer, c.warmup_steps, c.total_steps, schedule=c.lr_schedule)
         self.engine = ds.initialize(model, ds_config, optimizer, lr_scheduler=scheduler)
 
+    def offload(self) -> list[str]:
+        """Move this rank's DeepSpeed states off the device while another role uses it (colocation on GPU).
+        A logged no-op on CPU. Returns what was offloaded."""
+        return ds.offload_states(self.engine)
+
+    def reload(self) -> bool:
+        """Bring the states :meth:`offload` moved back onto the device."""
+        return ds.reload_states(self.engine)
+
+    def save_checkpoint(self, ckpt_dir: str, tag: str, client_state: dict | None = None) -> str:
+        """Full training state of this rank (params, optimizer, scheduler) via DeepSpeed. Collective."""
+        return str(ds.save_checkpoint(self.engine, ckpt_dir, tag, client_state))
+
+    def load_checkpoint(self, ckpt_dir: str, tag: str) -> dict:
+        """Restore what :meth:`save_checkpoint` wrote (same world size). Collective. Returns the client state."""
+        return ds.load_checkpoint(self.engine, ckpt_dir, tag)
+
     def _frozen_ds_config(self) -> dict[str, Any]:
         c = self.config
         return ds.build_ds_config(

