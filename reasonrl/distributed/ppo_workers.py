@@ -180,6 +180,9 @@ class PolicyWorker(_ModelWorker):
     def update(self, experience: Experience, cfg: PolicyLossConfig, global_tokens: int, global_seqs: int):
         """One optimizer step over this rank's shard (all micro-batches accumulated). Collective.
 
+        Returns token-weighted metric means of this rank plus ``loss_share``: this rank's part of the global
+        mini-batch loss (the shares of all ranks sum to the loss of the whole mini-batch).
+
         ``global_tokens`` / ``global_seqs`` count the whole mini-batch over all ranks, so every micro-batch's
         aggregated loss is a share of the global loss (exact for every aggregation mode). DeepSpeed averages
         gradients over ranks, so each rank's loss is multiplied by the world size to get the global sum.
@@ -191,7 +194,7 @@ class PolicyWorker(_ModelWorker):
         loss_fn = get_policy_loss(cfg.loss)
         micro_batches = self._micro_batches(experience.samples)
         metrics: dict[str, float] = {}
-        tokens_seen = 0
+        tokens_seen, loss_share = 0, 0.0
         for i, (idx, samples) in enumerate(micro_batches):
             batch = self._padded(samples)
             width = batch.num_actions
@@ -223,6 +226,7 @@ class PolicyWorker(_ModelWorker):
                 if cfg.entropy_coef:
                     loss = loss - cfg.entropy_coef * aggregate_loss(entropy, mask, *agg)
             ds.backward(self.engine, loss * weight * self.world_size, is_last=i == len(micro_batches) - 1)
+            loss_share += float(loss.detach()) * weight
             n = int(mask.sum()) if idx else 0
             if n:
                 stats["entropy"] = (entropy.detach() * mask).sum() / n
@@ -230,7 +234,8 @@ class PolicyWorker(_ModelWorker):
                 tokens_seen += n
         lr = ds.step(self.engine)
         out = {k: v / max(tokens_seen, 1) for k, v in metrics.items()}
-        return out | {"grad_norm": ds.grad_norm(self.engine), "lr": lr, "tokens": tokens_seen}
+        extra = {"grad_norm": ds.grad_norm(self.engine), "lr": lr, "tokens": tokens_seen, "loss_share": loss_share}
+        return out | extra
 
     # ---------------------------------------------------------------- weights for vLLM
     def param_sizes(self) -> list[tuple[str, int]]:
@@ -280,6 +285,11 @@ class PolicyWorker(_ModelWorker):
     def full_state_dict(self):
         return ds.gather_full_state_dict(self.engine.module)
 
+    def export_hf(self, out_dir: str) -> str | None:
+        """Write the full policy as a Hugging Face folder (rank 0 writes; collective gather)."""
+        path = ds.export_hf(self.engine, out_dir)
+        return None if path is None else str(path)
+
 
 class ReferenceWorker(_ModelWorker):
     """A frozen copy of the initial policy: reference log-probs for the KL term."""
@@ -326,7 +336,7 @@ class CriticWorker(_ModelWorker):
         self.engine.train()
         micro_batches = self._micro_batches(experience.samples)
         metrics: dict[str, float] = {}
-        tokens_seen = 0
+        tokens_seen, loss_share = 0, 0.0
         for i, (idx, samples) in enumerate(micro_batches):
             batch = self._padded(samples)
             values = response_values(self.engine, batch)
@@ -343,17 +353,17 @@ class CriticWorker(_ModelWorker):
                     global_num_seqs=global_seqs,
                     norm_constant=cfg.norm_constant,
                 )
-                stats["value_loss"] = loss.detach() / max(global_tokens, 1)
             else:
                 loss, stats = values.sum() * 0.0, {}
             ds.backward(self.engine, loss * self.world_size, is_last=i == len(micro_batches) - 1)
+            loss_share += float(loss.detach())
             n = int(batch.action_mask.sum()) if idx else 0
             if n:
-                _accumulate(metrics, {k: v for k, v in stats.items() if k != "value_loss"}, n)
+                _accumulate(metrics, stats, n)
                 tokens_seen += n
         lr = ds.step(self.engine)
         out = {k: v / max(tokens_seen, 1) for k, v in metrics.items()}
-        return out | {"grad_norm": ds.grad_norm(self.engine), "lr": lr}
+        return out | {"grad_norm": ds.grad_norm(self.engine), "lr": lr, "tokens": tokens_seen, "loss_share": loss_share}
 
 
 class RewardModelWorker(_ModelWorker):

@@ -220,13 +220,18 @@ def create_vllm_engines(
     num_engines: int,
     model_path: str,
     *,
+    placement=None,
     placement_group=None,
     bundle_indices: Sequence[int] | None = None,
     num_cpus: float = 1,
     num_gpus: float = 0,
     **engine_kwargs,
 ) -> list:
-    """Start ``num_engines`` :class:`VLLMEngine` Ray actors (data-parallel replicas), optionally pinned to bundles."""
+    """Start ``num_engines`` :class:`VLLMEngine` Ray actors (data-parallel replicas).
+
+    ``placement`` (a ``RolePlacement`` of the ``vllm`` role) decides resources and bundles; without it, actors go
+    to ``placement_group`` bundles ``bundle_indices`` (or anywhere) with ``num_cpus`` / ``num_gpus``.
+    """
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -235,7 +240,9 @@ def create_vllm_engines(
     engines = []
     for i in range(num_engines):
         options: dict[str, Any] = dict(num_cpus=num_cpus, num_gpus=num_gpus)
-        if placement_group is not None:
+        if placement is not None:
+            options = placement.actor_options(i)
+        elif placement_group is not None:
             bundle = bundle_indices[i] if bundle_indices is not None else i
             options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                 placement_group=placement_group, placement_group_bundle_index=bundle

@@ -64,6 +64,12 @@ class WorkerGroup:
             [getattr(a, method).remote(s, *args, **kwargs) for a, s in zip(self.actors, shards, strict=True)]
         )
 
+    def call_sharded_async(self, method: str, shards: Sequence, *args, **kwargs) -> list:
+        """Like :meth:`call_sharded` but returns the object refs."""
+        if len(shards) != self.world_size:
+            raise ValueError(f"{self.name}: {len(shards)} shards for {self.world_size} ranks")
+        return [getattr(a, method).remote(s, *args, **kwargs) for a, s in zip(self.actors, shards, strict=True)]
+
     def kill(self) -> None:
         import ray
 

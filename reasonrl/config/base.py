@@ -1,0 +1,473 @@
+"""``BasePPOExpConfig``: the flat dataclass of one run with its grouped, documented fields and derived values. Its
+methods delegate the work to the modules of this package (mapping, validate, overrides, debug, serialise, render)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from reasonrl.config import mapping
+from reasonrl.config.convert import _type_hints
+from reasonrl.config.debug import shrink_for_debug
+from reasonrl.config.errors import ConfigError
+from reasonrl.config.fields import _alg, _annotation_text, _dat, _evl, _exp, _log, _mod, _opt, _res, _rol
+from reasonrl.config.names import ORZ_STOP_STRINGS
+from reasonrl.config.overrides import apply_overrides, config_from_cli, debug_mode_requested
+from reasonrl.config.probes import _gpu_count, _hf_cache_snapshot
+from reasonrl.config.render import config_help, config_table, markdown_fields
+from reasonrl.config.serialise import config_to_dict, load_config_json, save_config_json
+from reasonrl.config.validate import validate_config
+
+
+@dataclass
+class BasePPOExpConfig:
+    """Everything one PPO/GRPO run needs, as a flat dataclass with grouped, documented fields.
+
+    Subclass it (``@dataclass`` + annotated fields) to make a recipe; override fields on the command line with
+    ``field=value`` (:meth:`from_cli`, :meth:`with_overrides`); call :meth:`validate` before starting Ray. The
+    defaults are Open-Reasoner-Zero-like settings for one 8-GPU node; recipes change what they need.
+    """
+
+    # ---------------------------------------------------------------------------------------------- experiment
+    exp_name: str = _exp("reasonrl", "name of the run: checkpoints go to ckpt_dir/exp_name, logs to log_dir/exp_name")
+    seed: int = _exp(42, "seed of Python, NumPy, torch, data order and vLLM sampling (engine i uses seed + i)")
+    ckpt_dir: str = _exp("ckpt", "root folder of checkpoints (ckpt_dir/exp_name/step_<n>/)")
+    log_dir: str = _exp("logs", "root folder of logs, TensorBoard events and generation dumps (log_dir/exp_name/)")
+    resume: str = _exp(
+        "auto",
+        "'auto': continue from the newest complete checkpoint of this run if there is one, else start fresh; "
+        "'none': always start fresh; or the path of a checkpoint directory (step_<n>)",
+    )
+    device: str = _exp("auto", "'auto' (GPU when CUDA is available, else CPU), 'gpu' or 'cpu'")
+    ray_address: str | None = _exp(
+        None, "address of a running Ray cluster ('auto' or host:port); None starts a local Ray instance"
+    )
+    debug: bool = _exp(
+        False, "set by DEBUG_MODE=1 / apply_debug_mode() (informational; setting it alone shrinks nothing)"
+    )
+
+    # ---------------------------------------------------------------------------------------------- resources
+    policy_num_nodes: int = _res(1, "policy (actor) group: number of nodes")
+    policy_devices_per_node: int = _res(8, "policy group: devices per node (data-parallel world = nodes x devices)")
+    ref_num_nodes: int = _res(1, "reference model group: nodes (used only when kl_mode != 'none')")
+    ref_devices_per_node: int = _res(8, "reference model group: devices per node")
+    critic_num_nodes: int = _res(1, "critic group: nodes (used only by advantage_estimator='gae')")
+    critic_devices_per_node: int = _res(8, "critic group: devices per node")
+    reward_num_nodes: int = _res(0, "reward model group: nodes; 0 = no reward model (rule-based reward only)")
+    reward_devices_per_node: int = _res(8, "reward model group: devices per node")
+    vllm_num_engines: int = _res(8, "number of vLLM engines (rollout data parallelism)")
+    vllm_tensor_parallel_size: int = _res(1, "devices per vLLM engine (tensor parallelism)")
+    colocate_all: bool = _res(
+        True,
+        "policy, ref, critic, reward model and vLLM time-share the same devices (states offloaded between "
+        "phases); needs equal role sizes and vllm_num_engines * vllm_tensor_parallel_size == policy world size",
+    )
+    colocate_policy_ref: bool = _res(False, "policy and reference share devices (when colocate_all is off)")
+    colocate_critic_reward: bool = _res(False, "critic and reward model share devices (when colocate_all is off)")
+    zero_stage: int = _res(3, "DeepSpeed ZeRO stage (0-3) of the trained and frozen models")
+    bf16: bool = _res(True, "train and run models in bfloat16 (False: float32, e.g. on CPU)")
+    gradient_checkpointing: bool = _res(True, "activation checkpointing in the policy and critic")
+    attn_implementation: str = _res(
+        "auto", "'auto' (flash_attention_2 on GPU when installed, else sdpa), 'flash_attention_2', 'sdpa', 'eager'"
+    )
+    ref_offload_params: bool = _res(False, "ZeRO-3 parameter offload to CPU for the frozen models (ref, reward)")
+    optimizer_offload: bool = _res(False, "ZeRO-Offload of optimizer states to CPU (policy, critic)")
+    vllm_gpu_memory_utilization: float = _res(0.85, "fraction of device memory vLLM may use, in (0, 1]")
+    vllm_enable_sleep: bool = _res(True, "let vLLM sleep (free weights and KV cache) while models train")
+    vllm_max_model_len: int | None = _res(None, "vLLM context length; None = max_prompt_len + generate_max_len")
+    max_tokens_per_micro_batch: int = _res(
+        16384, "token budget of one forward/backward micro-batch (must hold one full prompt + response)"
+    )
+    cpus_per_bundle: float = _res(1.0, "logical CPUs per placement bundle (one bundle per device)")
+
+    # ---------------------------------------------------------------------------------------------- models
+    pretrain: str | None = _mod(
+        None,
+        "REQUIRED. Policy (and reference) model: a local Hugging Face folder (with config.json), a Hub id already "
+        "in the local HF cache, or 'tiny' / 'smollm2' for the offline models of reasonrl.models",
+    )
+    critic_pretrain: str | None = _mod(None, "critic initialisation (value head added); None = same as pretrain")
+    reward_pretrain: str | None = _mod(
+        None, "reward model folder (needs reward_num_nodes >= 1); None = rule-based reward only"
+    )
+
+    # ---------------------------------------------------------------------------------------------- data
+    train_data: list[str] = _dat(
+        doc="training sets: built-in names (gsm8k_train, gsm8k_test, math_train, math500_test) or paths of "
+        ".jsonl/.json/.parquet files or dataset folders",
+        factory=lambda: ["math_train"],
+    )
+    eval_data: list[str] = _dat(
+        doc="evaluation sets (same forms as train_data); empty = no evaluation", factory=lambda: ["math500_test"]
+    )
+    prompt_template: str = _dat(
+        "orz", "'orz' (R1-Zero <think>/<answer> prompt), 'chat' (tokenizer chat template), 'plain', or a jinja2 file"
+    )
+    data_fields: dict[str, str] | str | None = _dat(
+        None,
+        "field mapping of the data files: None (automatic), a preset (orz, orz_eval, gsm8k, math) or a JSON "
+        'object like {"question": "problem", "answer": "final_answer"}',
+    )
+    max_prompt_len: int = _dat(1024, "prompts longer than this many tokens are truncated (left) or dropped")
+    reward_fn: str | None = _dat(
+        None, "None = ORZ math reward; else a user function 'path/to/file.py:fn' or 'package.module:fn'"
+    )
+    extract_mode: str = _dat("auto", "answer extraction: auto, orz, answer_tag, boxed, gsm8k, answer_is")
+    verify_timeout_s: float = _dat(5.0, "hard timeout of one answer verification (seconds)")
+    verify_workers: int | None = _dat(None, "answer verification worker processes; None = number of CPUs")
+
+    # ---------------------------------------------------------------------------------------------- rollout
+    rollout_batch_size: int = _rol(128, "prompts per training step")
+    n_samples_per_prompt: int = _rol(
+        16, "responses sampled per prompt (ORZ used 64); group estimators (grpo, rloo, ...) need >= 2"
+    )
+    temperature: float = _rol(1.0, "sampling temperature of training rollouts (> 0; logits are divided by it)")
+    top_p: float = _rol(1.0, "nucleus sampling, in (0, 1]; 1 = off")
+    top_k: int = _rol(0, "top-k sampling; 0 or -1 = off")
+    generate_max_len: int = _rol(8000, "maximum response length in tokens (vLLM max_tokens)")
+    stop: list[str] = _rol(
+        doc="stop strings; the default is the ORZ template's (User:, Human:, Assistant:, </answer>); with the "
+        "'chat' or 'plain' template set stop= (EOS only) or your own",
+        factory=lambda: list(ORZ_STOP_STRINGS),
+    )
+    include_stop_str_in_output: bool = _rol(True, "keep the matched stop string (e.g. </answer>) in the response")
+
+    # ---------------------------------------------------------------------------------------------- algorithm
+    advantage_estimator: str = _alg(
+        "gae",
+        "gae (PPO, trains a critic), grpo, dr_grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax",
+    )
+    gamma: float = _alg(1.0, "discount factor, in [0, 1]")
+    lam: float = _alg(1.0, "GAE lambda, in [0, 1]")
+    whiten_advantages: bool = _alg(True, "whiten advantages over the whole rollout batch (ORZ: on)")
+    grpo_eps: float = _alg(1e-6, "epsilon added to the group std (grpo)")
+    grpo_norm_by_std: bool = _alg(True, "grpo divides by the group std (False = Dr.GRPO-style centring)")
+    policy_loss: str = _alg("ppo", "ppo, gspo, cispo or reinforce (on-policy only)")
+    agg_mode: str = _alg(
+        "seq-mean-token-mean",
+        "loss aggregation: token-mean, seq-mean-token-sum, seq-mean-token-mean (ORZ), seq-mean-token-sum-norm",
+    )
+    clip_eps_low: float = _alg(0.2, "lower ratio clip epsilon, in (0, 1] (1 = no lower bound, e.g. CISPO)")
+    clip_eps_high: float = _alg(0.2, "upper ratio clip epsilon, > 0 (DAPO clip-higher: 0.28)")
+    dual_clip_c: float | None = _alg(None, "dual-clip constant c > 1 for negative advantages (ppo only); None = off")
+    value_clip: float | None = _alg(0.2, "critic value clip epsilon; None = unclipped value loss")
+    kl_mode: str = _alg(
+        "none", "'none' (no reference model), 'reward' (KL penalty folded into rewards) or 'loss' (KL loss term)"
+    )
+    kl_estimator: str = _alg("k3", "KL estimator: k1, k2, k3, abs (aliases kl, mse, low_var_kl; '+' = k2 gradient)")
+    init_kl_coef: float = _alg(0.0, "KL coefficient (initial value for the adaptive controller); > 0 with a kl_mode")
+    kl_controller: str = _alg("fixed", "'fixed' or 'adaptive' (Ziegler et al.; needs kl_target)")
+    kl_target: float | None = _alg(None, "target KL of the adaptive controller")
+    kl_horizon: int = _alg(10000, "horizon of the adaptive KL controller")
+    entropy_coef: float = _alg(0.0, "entropy bonus coefficient (initial value when adaptive_entropy)")
+    adaptive_entropy: bool = _alg(False, "Skywork-OR1 adaptive entropy control towards entropy_target")
+    entropy_target: float = _alg(0.2, "target entropy of the adaptive controller")
+    entropy_coef_delta: float = _alg(1e-4, "adaptive entropy: coefficient step per update")
+    entropy_coef_min: float = _alg(0.0, "adaptive entropy: lower bound of the coefficient")
+    entropy_coef_max: float = _alg(5e-3, "adaptive entropy: upper bound of the coefficient")
+    dynamic_sampling: bool = _alg(False, "DAPO: drop prompt groups whose rewards are all equal and sample more")
+    max_sampling_tries: int = _alg(3, "dynamic sampling: generation rounds per step before training on what is left")
+    overlong_buffer_len: int = _alg(0, "DAPO soft overlong punishment buffer in tokens; 0 = off")
+    overlong_penalty_factor: float = _alg(1.0, "DAPO overlong penalty at and beyond generate_max_len")
+    format_reward: float = _alg(0.0, "reward added for a well-formed <think>...</think><answer>\\boxed{}</answer>")
+    correct_reward: float = _alg(1.0, "reward of a correct, properly finished response")
+    wrong_reward: float = _alg(0.0, "reward of any other response")
+    require_stop: bool = _alg(True, "only reward responses that ended on their own (ORZ: truncated = wrong)")
+    loss_norm_constant: float | None = _alg(None, "constant C of seq-mean-token-sum-norm; None = generate_max_len")
+
+    # ---------------------------------------------------------------------------------------------- optimisation
+    actor_lr: float = _opt(1e-6, "policy learning rate")
+    critic_lr: float = _opt(5e-6, "critic learning rate")
+    lr_warmup_steps: int = _opt(0, "linear warmup length in training steps (ORZ: 50)")
+    lr_schedule: str = _opt("constant", "after warmup: constant, linear or cosine decay to 0 at the last step")
+    weight_decay: float = _opt(0.0, "AdamW weight decay")
+    grad_clip: float = _opt(1.0, "gradient norm clipping; 0 = off")
+    policy_update_steps: int = _opt(1, "passes (epochs) of the policy over each rollout batch")
+    critic_update_steps: int = _opt(1, "passes (epochs) of the critic over each rollout batch")
+    train_batch_size: int | None = _opt(
+        None,
+        "samples per policy optimizer step; must divide rollout_batch_size * n_samples_per_prompt; "
+        "None = the whole rollout (one step per pass, strictly on-policy, as ORZ)",
+    )
+    critic_train_batch_size: int | None = _opt(
+        None, "samples per critic optimizer step; None = train_batch_size (ORZ took 12 critic steps per rollout)"
+    )
+    num_episodes: int = _opt(1, "passes over the training data")
+    max_steps: int | None = _opt(None, "stop after this many training steps; None = when the data ends")
+
+    # ---------------------------------------------------------------------------------------------- evaluation
+    eval_interval: int = _evl(10, "evaluate every N training steps (and at the end); 0 = only before/after training")
+    eval_n_samples: int = _evl(1, "samples per eval prompt (k of pass@k / avg@k)")
+    eval_temperature: float = _evl(0.0, "eval sampling temperature; 0 = greedy (needs eval_n_samples = 1)")
+    eval_max_prompts: int | None = _evl(None, "evaluate at most this many prompts per eval set; None = all")
+    eval_before_training: bool = _evl(True, "evaluate the initial model at step 0")
+
+    # ---------------------------------------------------------------------------------------------- logging
+    save_interval: int = _log(50, "save a checkpoint every N steps; 0 = only at the end")
+    keep_last_ckpts: int = _log(3, "keep the newest N checkpoints; 0 = keep all")
+    log_interval: int = _log(1, "write scalars every N steps")
+    dump_generations: int = _log(8, "samples per step written to log_dir/exp_name/generations.jsonl; 0 = none")
+    progress_bar: bool = _log(True, "show a progress bar")
+    sync_verify_tolerance: float | None = _log(
+        None,
+        "max |logprob difference| between policy and vLLM on a probe sequence after each weight sync; "
+        "None = auto: 1e-4 in float32 (bf16=false), 0.1 in bf16",
+    )
+    sync_bucket_mb: int = _log(256, "weight sync sends the policy to vLLM in buckets of at most this many MiB")
+
+    # ------------------------------------------------------------------------------------------ construction
+    def __post_init__(self) -> None:
+        hints = _type_hints(type(self))
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple) and typing.get_origin(hints.get(f.name)) is list:
+                setattr(self, f.name, list(value))
+        ignored = self._ignored_class_attributes()
+        if ignored:
+            raise ConfigError(ignored, title=f"{type(self).__name__}: defaults that dataclasses ignore")
+
+    def _ignored_class_attributes(self) -> list[str]:
+        """Class attributes that look like new defaults but that dataclasses ignored (missing annotation or
+        missing @dataclass decorator): the run would silently use the old default."""
+        problems = []
+        for f in fields(self):
+            owner = next((k for k in type(self).__mro__ if f.name in vars(k)), None)
+            if owner is None:
+                continue
+            attr = vars(owner)[f.name]
+            if isinstance(attr, (property, dataclasses.Field, staticmethod, classmethod)) or callable(attr):
+                continue
+            if f.default is not MISSING:
+                default = f.default
+            elif f.default_factory is not MISSING:
+                default = f.default_factory()
+            else:
+                continue
+            if attr != default and getattr(self, f.name) == default:
+                problems.append(
+                    f"{owner.__name__}.{f.name} = {attr!r} is ignored and the run would use {default!r}: a dataclass "
+                    f"field needs a type annotation and the class needs @dataclass; write "
+                    f"`@dataclass class {owner.__name__}(...): {f.name}: {_annotation_text(f)} = {attr!r}`"
+                )
+        return problems
+
+    # ------------------------------------------------------------------------------------------ derived values
+    @property
+    def rollout_samples_per_step(self) -> int:
+        """Responses generated per step: rollout_batch_size * n_samples_per_prompt."""
+        return self.rollout_batch_size * self.n_samples_per_prompt
+
+    @property
+    def policy_world_size(self) -> int:
+        return self.policy_num_nodes * self.policy_devices_per_node
+
+    @property
+    def critic_world_size(self) -> int:
+        return self.critic_num_nodes * self.critic_devices_per_node
+
+    @property
+    def use_critic(self) -> bool:
+        """True iff the advantage estimator needs values (``gae``); otherwise the critic role is disabled."""
+        return self.advantage_estimator == "gae"
+
+    @property
+    def use_reference(self) -> bool:
+        """True iff a reference model is needed (any ``kl_mode`` but ``none``)."""
+        return self.kl_mode != "none"
+
+    @property
+    def use_reward_model(self) -> bool:
+        return self.reward_num_nodes > 0
+
+    @property
+    def policy_mini_batch_size(self) -> int:
+        """Samples per policy optimizer step (``train_batch_size``, or the whole rollout)."""
+        return self.train_batch_size or self.rollout_samples_per_step
+
+    @property
+    def critic_mini_batch_size(self) -> int:
+        """Samples per critic optimizer step."""
+        return self.critic_train_batch_size or self.policy_mini_batch_size
+
+    @property
+    def policy_optimizer_steps_per_rollout(self) -> int:
+        return self.policy_update_steps * max(self.rollout_samples_per_step // max(self.policy_mini_batch_size, 1), 1)
+
+    @property
+    def critic_optimizer_steps_per_rollout(self) -> int:
+        return self.critic_update_steps * max(self.rollout_samples_per_step // max(self.critic_mini_batch_size, 1), 1)
+
+    @property
+    def resolved_vllm_max_model_len(self) -> int:
+        return self.vllm_max_model_len or self.max_prompt_len + self.generate_max_len
+
+    @property
+    def resolved_loss_norm_constant(self) -> float | None:
+        """``loss_norm_constant``, or ``generate_max_len`` for ``seq-mean-token-sum-norm`` when it is None."""
+        if self.loss_norm_constant is not None:
+            return self.loss_norm_constant
+        return float(self.generate_max_len) if self.agg_mode == "seq-mean-token-sum-norm" else None
+
+    @property
+    def resolved_sync_verify_tolerance(self) -> float:
+        if self.sync_verify_tolerance is not None:
+            return self.sync_verify_tolerance
+        return 0.1 if self.bf16 else 1e-4
+
+    @property
+    def eval_enabled(self) -> bool:
+        return bool(self.eval_data) and (self.eval_interval > 0 or self.eval_before_training)
+
+    def resolved_device(self) -> str:
+        """``"gpu"`` or ``"cpu"``; ``auto`` asks torch (imported here, lazily) whether CUDA is available."""
+        if self.device != "auto":
+            return self.device
+        return "gpu" if _gpu_count() > 0 else "cpu"
+
+    def resolved_attn_implementation(self, device: str | None = None) -> str:
+        """``auto`` -> ``flash_attention_2`` on GPU when the ``flash_attn`` package is installed, else ``sdpa``."""
+        if self.attn_implementation != "auto":
+            return self.attn_implementation
+        import importlib.util
+
+        on_gpu = (device or self.resolved_device()) == "gpu"
+        return "flash_attention_2" if on_gpu and importlib.util.find_spec("flash_attn") else "sdpa"
+
+    @staticmethod
+    def resolve_model_path(value: str | None) -> str | None:
+        """A model field's value as a local folder: ``tiny`` / ``smollm2`` are built or converted on first use
+        (``reasonrl.models``, imported here only); a Hub id found in the local HF cache becomes its snapshot
+        folder; anything else is returned as an expanded path."""
+        if value is None:
+            return None
+        if value == "tiny":
+            from reasonrl.models import tiny_model_path
+
+            return str(tiny_model_path())
+        if value == "smollm2":
+            from reasonrl.models import smollm2_path
+
+            return str(smollm2_path())
+        path = Path(value).expanduser()
+        if not path.exists():
+            snapshot = _hf_cache_snapshot(value)
+            if snapshot is not None:
+                return str(snapshot)
+        return str(path)
+
+    # ------------------------------------------------------------------------------------------ mapping helpers
+    def role_resources(self) -> dict[str, Any]:
+        """``{"policy", "ref", "critic", "reward": RoleResources, "vllm": VLLMResources}`` for ``plan_groups`` /
+        ``build_placement``; disabled roles have ``num_nodes=0`` (``.enabled`` is False): ref without KL,
+        critic without ``gae``, reward without a reward model."""
+        return mapping.role_resources(self)
+
+    def placement_kwargs(self) -> dict[str, Any]:
+        """Colocation flags and bundle CPUs, as keyword arguments of ``plan_groups`` / ``build_placement``."""
+        return mapping.placement_kwargs(self)
+
+    def placement_requests(self, device: str | None = None) -> list:
+        """The placement groups this config asks for (``plan_groups``; pure, no Ray)."""
+        return mapping.placement_requests(self, device)
+
+    def worker_config(self, role: str, *, num_rollout_steps: int | None = None, **extra: Any):
+        """``WorkerConfig`` of one role (``policy``, ``ref``, ``critic``, ``reward``).
+
+        Step counts are converted to optimizer steps: ``warmup_steps = lr_warmup_steps * optimizer steps per
+        rollout`` and ``total_steps = num_rollout_steps * optimizer steps per rollout`` (``num_rollout_steps``
+        defaults to ``max_steps``; the linear/cosine schedules need one of them). ``extra`` overrides fields
+        (e.g. ``pad_token_id``, known only once the tokenizer is loaded).
+        """
+        return mapping.worker_config(self, role, num_rollout_steps=num_rollout_steps, **extra)
+
+    def policy_loss_config(self):
+        """``PolicyLossConfig``: the KL loss coefficient is ``init_kl_coef`` only under ``kl_mode='loss'``."""
+        return mapping.policy_loss_config(self)
+
+    def value_loss_config(self):
+        """``ValueLossConfig``: ``value_clip`` and the policy's aggregation mode."""
+        return mapping.value_loss_config(self)
+
+    def reward_config(self):
+        """``reasonrl.rewards.RewardConfig`` of the ORZ rule plus the configured shaping terms."""
+        return mapping.reward_config(self)
+
+    # ------------------------------------------------------------------------------------------ validation
+    def validate(
+        self, cluster_resources: Mapping[str, float] | None = None, nodes: Sequence[Any] | None = None
+    ) -> None:
+        """Raise :class:`ConfigError` listing every problem of this config, each with the fix; return None if OK.
+
+        Call it before ``ray.init`` (no arguments): it then checks names, ranges, files, batch divisibility,
+        lengths, colocation rules and, when ``device`` is ``gpu``/``auto`` and ``ray_address`` is None, that this
+        machine has enough GPUs (``torch.cuda.device_count()``). Call it again after ``ray.init`` with
+        ``ray.cluster_resources()`` and ``ray.nodes()`` to check the request against the cluster
+        (``check_feasible``). Never imports Ray, DeepSpeed or vLLM.
+        """
+        validate_config(self, cluster_resources, nodes)
+
+    # ------------------------------------------------------------------------------------------ overrides / CLI
+    def with_overrides(self, overrides: Mapping[str, Any], *, strict: bool = True):
+        """A copy with ``overrides`` applied (``dataclasses.replace``).
+
+        Values are checked against the field annotations; strings are parsed (``bool``: true/false/1/0/yes/no,
+        ``int``, ``float`` such as ``1e-6``, ``X | None``: none/null, ``list[str]``: comma-separated or a JSON list,
+        ``dict``: a JSON object). Raises :class:`ConfigError` for unknown fields (with close matches, unless
+        ``strict=False``, which ignores them) and for values of the wrong type, listing all of them.
+        """
+        return apply_overrides(self, overrides, strict=strict)
+
+    @classmethod
+    def from_cli(cls, argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None = None):
+        """The recipe's defaults, shrunk by :meth:`apply_debug_mode` when ``DEBUG_MODE=1`` (read now from
+        ``environ``, default ``os.environ``) or ``debug=true`` is given, then the ``field=value`` overrides of
+        ``argv`` (default ``sys.argv[1:]``). ``-h`` / ``--help`` prints :meth:`help_text` and exits. The result is
+        not validated yet: call :meth:`validate`."""
+        return config_from_cli(cls, argv, environ=environ)
+
+    def apply_env_debug(self, environ: Mapping[str, str] | None = None):
+        """``apply_debug_mode()`` if ``DEBUG_MODE`` is set to 1/true in ``environ`` (default ``os.environ``, read
+        now), else ``self``."""
+        return self.apply_debug_mode() if debug_mode_requested(environ) else self
+
+    def apply_debug_mode(self):
+        """A copy shrunk for debugging: every role on 1 node x 1 device, one vLLM engine (tp 1), ``colocate_all``,
+        4 prompts x at most 4 samples (at least 2 for group estimators / dynamic sampling), responses of at most
+        512 tokens, 8 eval prompts, a checkpoint and an eval every 2 steps, ``exp_name`` + ``-debug``. The number
+        of optimizer steps per rollout is kept where the smaller batch allows it. Idempotent."""
+        return shrink_for_debug(self)
+
+    # ------------------------------------------------------------------------------------------ output
+    def to_dict(self) -> dict[str, Any]:
+        """Field values as a JSON-ready dict (field order)."""
+        return config_to_dict(self)
+
+    def save_json(self, path: str | os.PathLike) -> Path:
+        """Write the resolved config to ``path`` (a file, or a folder that gets ``config.json``) atomically."""
+        return save_config_json(self, path)
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike, *, strict: bool = True):
+        """Load a config written by :meth:`save_json` (keys starting with ``_`` are metadata). Unknown fields are
+        an error unless ``strict=False``."""
+        return load_config_json(cls, path, strict=strict)
+
+    def table(self) -> str:
+        """The resolved config as a ``group | field | value`` table; ``*`` marks values that differ from the
+        defaults of ``BasePPOExpConfig`` (fields a subclass adds: from their own default)."""
+        return config_table(self, BasePPOExpConfig)
+
+    @classmethod
+    def help_text(cls) -> str:
+        """Every field with its type, default and help, by group (what ``--help`` prints)."""
+        return config_help(cls)
+
+    @classmethod
+    def markdown_reference(cls) -> str:
+        """Markdown tables of every field by group (the generated part of docs/config.md)."""
+        return markdown_fields(cls)

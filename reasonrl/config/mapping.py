@@ -1,0 +1,129 @@
+"""What the trainer builds from a config: placement resources and colocation flags, ``WorkerConfig`` per role, and
+the policy-loss, value-loss and reward configs. The ``BasePPOExpConfig`` methods of the same names delegate here;
+the heavy modules are imported inside the functions."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from reasonrl.config.base import BasePPOExpConfig
+
+
+def role_resources(cfg: BasePPOExpConfig) -> dict[str, Any]:
+    """See :meth:`BasePPOExpConfig.role_resources`."""
+    from reasonrl.distributed.placement import RoleResources, VLLMResources
+
+    def role(on: bool, nodes: int, per_node: int) -> RoleResources:
+        return RoleResources(nodes if on else 0, per_node)
+
+    return {
+        "policy": RoleResources(cfg.policy_num_nodes, cfg.policy_devices_per_node),
+        "ref": role(cfg.use_reference, cfg.ref_num_nodes, cfg.ref_devices_per_node),
+        "critic": role(cfg.use_critic, cfg.critic_num_nodes, cfg.critic_devices_per_node),
+        "reward": role(cfg.use_reward_model, cfg.reward_num_nodes, cfg.reward_devices_per_node),
+        "vllm": VLLMResources(cfg.vllm_num_engines, cfg.vllm_tensor_parallel_size),
+    }
+
+
+def placement_kwargs(cfg: BasePPOExpConfig) -> dict[str, Any]:
+    """See :meth:`BasePPOExpConfig.placement_kwargs`."""
+    return dict(
+        colocate_all=cfg.colocate_all,
+        colocate_policy_ref=cfg.colocate_policy_ref,
+        colocate_critic_reward=cfg.colocate_critic_reward,
+        cpus_per_bundle=cfg.cpus_per_bundle,
+    )
+
+
+def placement_requests(cfg: BasePPOExpConfig, device: str | None = None) -> list:
+    """See :meth:`BasePPOExpConfig.placement_requests`."""
+    from reasonrl.distributed.placement import plan_groups
+
+    return plan_groups(cfg.role_resources(), device=device or cfg.resolved_device(), **cfg.placement_kwargs())
+
+
+def worker_config(cfg: BasePPOExpConfig, role: str, *, num_rollout_steps: int | None = None, **extra: Any):
+    """See :meth:`BasePPOExpConfig.worker_config`."""
+    from reasonrl.distributed.ppo_workers import WorkerConfig
+
+    if role not in ("policy", "ref", "critic", "reward"):
+        raise ValueError(f"unknown role {role!r}; roles are policy, ref, critic, reward")
+    common: dict[str, Any] = dict(
+        zero_stage=cfg.zero_stage,
+        bf16=cfg.bf16,
+        attn_implementation=cfg.resolved_attn_implementation(),
+        max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch,
+        seed=cfg.seed,
+    )
+    if role in ("ref", "reward"):
+        path = cfg.pretrain if role == "ref" else cfg.reward_pretrain
+        kwargs = dict(common, model_path=cfg.resolve_model_path(path), offload_params=cfg.ref_offload_params)
+    else:
+        per_rollout = (
+            cfg.policy_optimizer_steps_per_rollout if role == "policy" else cfg.critic_optimizer_steps_per_rollout
+        )
+        rollout_steps = num_rollout_steps if num_rollout_steps is not None else cfg.max_steps
+        if rollout_steps is None and cfg.lr_schedule != "constant":
+            raise ValueError(
+                f"lr_schedule={cfg.lr_schedule!r} needs the run length: pass num_rollout_steps or set max_steps"
+            )
+        path = cfg.pretrain if role == "policy" else (cfg.critic_pretrain or cfg.pretrain)
+        kwargs = dict(
+            common,
+            model_path=cfg.resolve_model_path(path),
+            lr=cfg.actor_lr if role == "policy" else cfg.critic_lr,
+            weight_decay=cfg.weight_decay,
+            warmup_steps=cfg.lr_warmup_steps * per_rollout,
+            lr_schedule=cfg.lr_schedule,
+            grad_clip=cfg.grad_clip,
+            gradient_checkpointing=cfg.gradient_checkpointing,
+            offload_optimizer=cfg.optimizer_offload,
+        )
+        if rollout_steps is not None:
+            kwargs["total_steps"] = max(rollout_steps * per_rollout, 1)
+    kwargs.update(extra)
+    return WorkerConfig(**kwargs)
+
+
+def policy_loss_config(cfg: BasePPOExpConfig):
+    """See :meth:`BasePPOExpConfig.policy_loss_config`."""
+    from reasonrl.distributed.ppo_workers import PolicyLossConfig
+
+    return PolicyLossConfig(
+        loss=cfg.policy_loss,
+        clip_low=cfg.clip_eps_low,
+        clip_high=cfg.clip_eps_high,
+        dual_clip_c=cfg.dual_clip_c,
+        agg_mode=cfg.agg_mode,
+        norm_constant=cfg.resolved_loss_norm_constant,
+        kl_loss_coef=cfg.init_kl_coef if cfg.kl_mode == "loss" else 0.0,
+        kl_estimator=cfg.kl_estimator,
+        entropy_coef=cfg.entropy_coef,
+        temperature=cfg.temperature,
+    )
+
+
+def value_loss_config(cfg: BasePPOExpConfig):
+    """See :meth:`BasePPOExpConfig.value_loss_config`."""
+    from reasonrl.distributed.ppo_workers import ValueLossConfig
+
+    return ValueLossConfig(
+        clip_eps=cfg.value_clip, agg_mode=cfg.agg_mode, norm_constant=cfg.resolved_loss_norm_constant
+    )
+
+
+def reward_config(cfg: BasePPOExpConfig):
+    """See :meth:`BasePPOExpConfig.reward_config`."""
+    from reasonrl.rewards.shaping import RewardConfig
+
+    return RewardConfig(
+        correct_reward=cfg.correct_reward,
+        wrong_reward=cfg.wrong_reward,
+        require_stop=cfg.require_stop,
+        extract_mode=cfg.extract_mode,
+        format_reward=cfg.format_reward,
+        overlong_buffer_len=cfg.overlong_buffer_len,
+        overlong_penalty_factor=cfg.overlong_penalty_factor,
+        max_response_length=cfg.generate_max_len,
+    )
