@@ -16,6 +16,7 @@ and applies ``DEBUG_MODE=1`` (one device, small batches) at run time.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -188,7 +189,15 @@ def run_recipe(
     ``DEBUG_MODE=1`` in the environment shrinks the recipe to one device and small batches (read here, at run
     time, never at import).
     """
-    return exp_cls(cfg_cls.from_cli(argv)).run()
+    from reasonrl.config import ConfigError
+
+    try:
+        cfg = cfg_cls.from_cli(argv)
+        cfg.validate()
+    except ConfigError as err:  # a readable message, no traceback: nothing has started yet
+        print(err, file=sys.stderr)
+        raise SystemExit(2) from None
+    return exp_cls(cfg).run()
 
 
 # ---------------------------------------------------------------------- cleanup

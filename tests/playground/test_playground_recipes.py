@@ -1,0 +1,59 @@
+"""Every recipe is a config subclass; GPU recipes whose model is missing fail at once, before Ray starts."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import playground
+from reasonrl.config import BasePPOExpConfig, ConfigError
+
+RECIPES = sorted(m.name for m in pkgutil.iter_modules(playground.__path__) if not m.name.startswith(("sft_", "_")))
+
+
+def recipe_config(name: str) -> type[BasePPOExpConfig]:
+    module = importlib.import_module(f"playground.{name}")
+    classes = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, BasePPOExpConfig)]
+    return next(c for c in classes if c.__module__ == module.__name__)
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_recipe_validates_or_names_the_missing_model(name):
+    cfg = recipe_config(name)()
+    if cfg.pretrain in ("tiny", "smollm2"):
+        cfg.validate()
+        cfg.apply_debug_mode().validate()
+    else:
+        with pytest.raises(ConfigError, match=r"pretrain=.*does not exist.*huggingface-cli download"):
+            cfg.validate()
+
+
+def test_recipes_only_override_fields():
+    """No copied code: a recipe module defines one config class (and nothing but field defaults in it)."""
+    for name in RECIPES:
+        cls = recipe_config(name)
+        own = {k for k in vars(cls) if not k.startswith("__")}
+        fields = set(cls.__dataclass_fields__)
+        assert own <= fields, f"{name}: {sorted(own - fields)} are not field overrides"
+
+
+def test_missing_model_fails_fast_from_the_command_line():
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "playground.qwen7b_ppo", "exp_name=x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(playground.__file__).parent.parent,
+    )
+    elapsed = time.perf_counter() - start
+    assert proc.returncode != 0
+    assert "huggingface-cli download Qwen/Qwen2.5-7B" in proc.stderr
+    assert "Started a local Ray instance" not in proc.stderr + proc.stdout
+    print(f"qwen7b_ppo without its model failed in {elapsed:.1f}s")
