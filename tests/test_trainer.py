@@ -13,6 +13,7 @@ import pytest
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 from playground.tiny_ppo_cpu import TinyPPOCPUConfig
 from reasonrl.exp import BasePPOExp
+from reasonrl.utils.tracking import known_scalar
 
 pytestmark = pytest.mark.integration
 REWARD_FN = f"{Path(__file__).parent / 'fixtures' / 'toy_rewards.py'}:digit_fraction"
@@ -49,6 +50,8 @@ def test_ppo_with_critic_runs_and_logs(ray_cluster, tmp_path):
         for key in ("reward/mean", "critic/value_loss", "policy/clipfrac", "adv/std", "sync/bytes", "time/generate"):
             assert key in rows[step] and math.isfinite(rows[step][key]), (step, key)
     assert "eval/gsm8k_test/avg@1" in rows[0] and "eval/gsm8k_test/avg@1" in rows[2]
+    undocumented = {k for row in rows.values() for k in row if k not in ("step", "time") and not known_scalar(k)}
+    assert not undocumented, f"metrics missing from SCALARS / the docs: {undocumented}"
     assert last["policy/grad_norm"] > 0 and last["critic/grad_norm"] > 0
     ckpt = tmp_path / "ckpt" / cfg.exp_name / "step_2"
     assert (ckpt / "COMPLETE").exists() and (ckpt / "policy_hf" / "config.json").exists()

@@ -43,9 +43,7 @@ SCALARS: tuple[Scalar, ...] = (
     # rewards (per training step, over all sampled responses of the step)
     Scalar("reward/mean", "mean final reward per response (after shaping/penalties)"),
     Scalar("reward/accuracy", "fraction of responses whose extracted answer verified as correct"),
-    Scalar(
-        "reward/truncated_frac", "fraction of responses whose reward was set by the truncation rule (hit max length)"
-    ),
+    Scalar("reward/truncated_frac", "fraction of responses that did not finish by themselves (finish reason != stop)"),
     # responses
     Scalar("response/length_mean", "mean response length in tokens"),
     Scalar("response/length_max", "longest response in tokens"),
@@ -59,11 +57,18 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("policy/approx_kl", "approximate KL(old policy ‖ new policy) during the update; large = steps too big"),
     Scalar("policy/grad_norm", "policy gradient norm before clipping"),
     Scalar("policy/lr", "policy learning rate"),
+    Scalar("policy/loss", "policy loss of the mini-batch (PPO/GSPO/CISPO/REINFORCE term + KL loss - entropy bonus)"),
+    Scalar("policy/dual_clipfrac", "fraction of negative-advantage tokens cut by the dual clip"),
+    Scalar("policy/ratio_mean", "mean probability ratio pi/pi_old over response tokens"),
+    Scalar("policy/ratio_max", "largest probability ratio"),
+    Scalar("policy/ratio_min", "smallest probability ratio"),
     # critic (PPO with a value model only)
     Scalar("critic/value_loss", "value-function loss"),
     Scalar("critic/vf_clipfrac", "fraction of value predictions clipped by the value clip range"),
     Scalar("critic/grad_norm", "critic gradient norm before clipping"),
     Scalar("critic/lr", "critic learning rate"),
+    Scalar("critic/vf_mean", "mean predicted value over response tokens"),
+    Scalar("critic/vf_error", "mean squared error (V - R)^2 over response tokens"),
     # advantages and returns (over response tokens, as used in the loss)
     Scalar("adv/mean", "mean advantage"),
     Scalar("adv/std", "standard deviation of advantages"),
@@ -80,7 +85,8 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("sampling/tries", "generation rounds needed to fill the batch"),
     # throughput
     Scalar("perf/tokens_per_s_generate", "generated tokens per second of time/generate (all engines together)"),
-    Scalar("perf/tokens_per_s_train", "tokens (prompt + response) per second of time/update"),
+    Scalar("perf/tokens_per_s_train_policy", "response tokens per second of the policy update"),
+    Scalar("perf/tokens_per_s_train_critic", "response tokens per second of the critic update"),
     # phase timings, seconds of wall time within the step
     Scalar("time/generate", "rollout generation with vLLM"),
     Scalar("time/reward", "reward computation (answer extraction and verification)"),
@@ -94,6 +100,12 @@ SCALARS: tuple[Scalar, ...] = (
     # weight sync
     Scalar("sync/total_s", "seconds of the last weight sync (gather + transfer + load + verify)"),
     Scalar("sync/bytes", "bytes of parameters sent to the engines by the last sync"),
+    Scalar("sync/buckets", "number of buckets (each a set of whole decoder layers) of the last sync"),
+    Scalar("sync/gather_s", "seconds gathering ZeRO-3 shards into full tensors"),
+    Scalar("sync/load_s", "seconds the engines spent loading the new weights"),
+    Scalar("sync/verify_s", "seconds of the probe check (policy vs engines)"),
+    Scalar("sync/probe_max_abs_diff", "max |logprob difference| between policy and engines on the probe"),
+    Scalar("reward/model_score_mean", "mean score of the learned reward model (when reward_pretrain is set)"),
     # evaluation (on steps that evaluate), see reasonrl.eval_metrics
     Scalar("eval/<dataset>/avg@k", "mean accuracy over k samples per prompt, averaged over the dataset's prompts"),
     Scalar("eval/<dataset>/pass@k", "unbiased pass@k: chance that one of k samples is correct, averaged over prompts"),
