@@ -82,6 +82,7 @@ class PPOTrainer:
     # ================================================================== the loop
     async def fit(self) -> dict[str, float]:
         cfg = self.cfg
+        await self.to_generation_phase()
         await self.sync_weights()  # engines start from the policy's (possibly resumed) weights
         if cfg.eval_before_training and cfg.eval_interval and self.global_step == 0 and self.eval_sets:
             self.tracker.log_metrics(0, await self.evaluate())
@@ -122,6 +123,7 @@ class PPOTrainer:
         if rows is None:
             return None
         completions, results, rows_per_sample, group_ids = await self.rollout(rows, m)
+        await self.to_training_phase()
         if not completions:
             logger.warning(f"step {self.global_step}: every group had zero reward variance; skipping the update")
             return m
@@ -130,9 +132,30 @@ class PPOTrainer:
         m |= self.compute_advantages(exp, results, group_ids)
         m["time/advantages"] = time.perf_counter() - start
         m |= await self.timed_phase(m, "update", self.update(exp))
+        await self.to_generation_phase()
         m |= await self.timed_phase(m, "sync", self.sync_weights())
         self.dump_generations(completions, results, rows_per_sample)
         return m
+
+    # ================================================================== device sharing (colocate_all)
+    def _trainable_groups(self) -> list:
+        roles = self.roles
+        return [g for g in (roles.policy, roles.critic, roles.ref, roles.reward_model) if g is not None]
+
+    async def to_training_phase(self) -> None:
+        """colocate_all: vLLM sleeps (frees GPU memory) and the DeepSpeed states come back onto the devices.
+        On CPU both are logged no-ops (nothing to free)."""
+        if not self.cfg.colocate_all:
+            return
+        await asyncio.gather(*[engine.sleep.remote() for engine in self.roles.engines])
+        await asyncio.gather(*[_gather_refs(g.call_async("reload")) for g in self._trainable_groups()])
+
+    async def to_generation_phase(self) -> None:
+        """colocate_all: DeepSpeed states leave the devices and vLLM wakes up (before the weight sync)."""
+        if not self.cfg.colocate_all:
+            return
+        await asyncio.gather(*[_gather_refs(g.call_async("offload")) for g in self._trainable_groups()])
+        await asyncio.gather(*[engine.wake_up.remote() for engine in self.roles.engines])
 
     # ================================================================== rollout
     def encode(self, rows: Sequence[dict]) -> list[list[int]]:
@@ -302,7 +325,7 @@ class PPOTrainer:
         policy = self.update_role("policy", exp)
         if critic is None:
             return await policy
-        if self.cfg.colocate_all or self.cfg.colocate_critic_reward and self.cfg.colocate_policy_ref:
+        if self.cfg.colocate_all:  # critic and policy share the devices: one after the other
             return (await critic) | (await policy)
         c, p = await asyncio.gather(critic, policy)
         return c | p
@@ -398,6 +421,7 @@ class PPOTrainer:
         from reasonrl.utils.rng import save_rng_state
 
         staging = self.checkpoints.begin(self.global_step)
+        await self.to_training_phase()  # DeepSpeed saves the states from the devices
         try:
             tag = "ds"
             await _gather_refs(self.roles.policy.call_async("save_checkpoint", str(staging / "policy"), tag))
@@ -411,6 +435,8 @@ class PPOTrainer:
         except BaseException:
             self.checkpoints.abort(staging)
             raise
+        finally:
+            await self.to_generation_phase()
         path = self.checkpoints.commit(self.global_step, staging, {"exp_name": self.cfg.exp_name})  # also prunes
         logger.info(f"checkpoint saved: {path}")
         return path
