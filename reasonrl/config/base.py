@@ -83,6 +83,11 @@ class BasePPOExpConfig:
     max_tokens_per_micro_batch: int = _res(
         16384, "token budget of one forward/backward micro-batch (must hold one full prompt + response)"
     )
+    packing_samples: bool = _res(
+        True,
+        "padding-free micro-batches (sequences packed into one row) where the attention backend isolates them "
+        "(reasonrl.models.supports_packing); padded micro-batches otherwise",
+    )
     cpus_per_bundle: float = _res(1.0, "logical CPUs per placement bundle (one bundle per device)")
 
     # ---------------------------------------------------------------------------------------------- models

@@ -54,6 +54,7 @@ def worker_config(cfg: BasePPOExpConfig, role: str, *, num_rollout_steps: int | 
         bf16=cfg.bf16,
         attn_implementation=cfg.resolved_attn_implementation(),
         max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch,
+        packing=cfg.packing_samples,
         seed=cfg.seed,
     )
     if role in ("ref", "reward"):

@@ -40,6 +40,7 @@ class WorkerConfig:
     offload_params: bool = False
     offload_optimizer: bool = False
     max_tokens_per_micro_batch: int = 8192
+    packing: bool = False  # padding-free micro-batches where the attention backend supports them
     pad_token_id: int = 0
     seed: int = 0
 
@@ -100,9 +101,12 @@ class _ModelWorker(DistributedWorker):
             out.append((idx, [samples[i] for i in idx] if idx else [DUMMY_SAMPLE]))
         return out
 
-    def _padded(self, samples: Sequence[Sample]):
-        from reasonrl.models import pad_batch
+    def _batch(self, samples: Sequence[Sample]):
+        """The micro-batch layout: packed (one row, no padding) when configured and supported, else padded."""
+        from reasonrl.models import pack_batch, pad_batch, supports_packing
 
+        if self.config.packing and supports_packing(self.config.attn_implementation):
+            return pack_batch(samples).to(self.device)
         return pad_batch(samples, self.config.pad_token_id).to(self.device)
 
     @property
@@ -196,7 +200,7 @@ class PolicyWorker(_ModelWorker):
         metrics: dict[str, float] = {}
         tokens_seen, loss_share = 0, 0.0
         for i, (idx, samples) in enumerate(micro_batches):
-            batch = self._padded(samples)
+            batch = self._batch(samples)
             width = batch.num_actions
             weight = 1.0 if idx else 0.0  # dummy micro-batches keep collectives aligned but contribute nothing
             mb = experience.select(idx, width) if idx else None
@@ -338,7 +342,7 @@ class CriticWorker(_ModelWorker):
         metrics: dict[str, float] = {}
         tokens_seen, loss_share = 0, 0.0
         for i, (idx, samples) in enumerate(micro_batches):
-            batch = self._padded(samples)
+            batch = self._batch(samples)
             values = response_values(self.engine, batch)
             if idx:
                 mb = experience.select(idx, batch.num_actions)
@@ -392,9 +396,11 @@ class RewardModelWorker(_ModelWorker):
         backbone, head = getattr(module, module.base_model_prefix), getattr(module, "score", None)
         if head is None:
             raise TypeError(f"{type(module).__name__} has no `score` head (decoder-LM sequence classifiers have one)")
+        from reasonrl.models import pad_batch
+
         scores = torch.zeros(len(samples))
         for idx, mb_samples in self._micro_batches(samples):
-            batch = self._padded(mb_samples)
+            batch = pad_batch(mb_samples, self.config.pad_token_id).to(self.device)
             hidden = backbone(
                 input_ids=batch.input_ids,
                 attention_mask=batch.attention_mask,
@@ -420,7 +426,7 @@ def _stitch(worker, samples, forward) -> list[torch.Tensor | None]:
     width = max((len(r) for _, r in samples), default=0)
     outputs: list[torch.Tensor | None] | None = None
     for idx, mb_samples in worker._micro_batches(samples):
-        results = forward(worker._padded(mb_samples))
+        results = forward(worker._batch(mb_samples))
         if outputs is None:
             outputs = [None if r is None else torch.zeros(len(samples), width) for r in results]
         if idx:

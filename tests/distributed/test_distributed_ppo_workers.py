@@ -3,6 +3,8 @@ from the trained policy into the session's vLLM engine (verified by the probe an
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import ray
 import torch
@@ -64,9 +66,10 @@ def config(tiny_model_dir) -> WorkerConfig:
     return WorkerConfig(model_path=str(tiny_model_dir), lr=1e-3, max_tokens_per_micro_batch=20)
 
 
-def test_reference_logprobs_match_plain_transformers(ray_cluster, config, tiny_model_dir):
+@pytest.mark.parametrize("packing", [False, True], ids=["padded", "packed"])
+def test_reference_logprobs_match_plain_transformers(ray_cluster, config, tiny_model_dir, packing):
     samples = make_samples(7)
-    ref = group(ReferenceWorker, config)
+    ref = group(ReferenceWorker, dataclasses.replace(config, packing=packing))
     try:
         got = stitch(ref.call_sharded("compute_logprobs", shards(samples)))
     finally:
@@ -75,7 +78,9 @@ def test_reference_logprobs_match_plain_transformers(ray_cluster, config, tiny_m
     with torch.no_grad():
         expected, _ = response_logprobs(model, pad_batch(samples, 0))
     assert got.shape == expected.shape
-    print(f"reference ZeRO-3 x2 vs transformers: max |diff| = {(got - expected).abs().max():.2e}")
+    print(
+        f"reference ZeRO-3 x2 ({'packed' if packing else 'padded'}) vs transformers: {(got - expected).abs().max():.2e}"
+    )
     assert torch.allclose(got, expected, atol=1e-5)
 
 
