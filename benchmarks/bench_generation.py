@@ -46,16 +46,19 @@ def bench_model(name: str, path: str, prompts: int, n: int, max_tokens: int, rep
         outs = engine.llm.generate(raw_prompts, raw_params, use_tqdm=False)
         return sum(len(o.token_ids) for r in outs for o in r.outputs)
 
-    results = {}
-    for label, fn in [("raw vllm.LLM.generate", run_raw), ("reasonrl VLLMEngine.generate", run_adapter)]:
+    paths = [("raw vllm.LLM.generate", run_raw), ("reasonrl VLLMEngine.generate", run_adapter)]
+    for _, fn in paths:
         fn()  # warm-up
-        tokens, elapsed = 0, 0.0
-        for _ in range(repeats):
+    tokens = {label: 0 for label, _ in paths}
+    elapsed = {label: 0.0 for label, _ in paths}
+    for _ in range(repeats):  # interleaved, so load from other processes hits both paths alike
+        for label, fn in paths:
             t0 = time.perf_counter()
-            tokens += fn()
-            elapsed += time.perf_counter() - t0
-        results[label] = tokens / elapsed
-        print(f"{name:8s} {label:30s} {tokens / repeats:7.0f} tokens/call  {tokens / elapsed:8.0f} tok/s")
+            tokens[label] += fn()
+            elapsed[label] += time.perf_counter() - t0
+    results = {label: tokens[label] / elapsed[label] for label, _ in paths}
+    for label, _ in paths:
+        print(f"{name:8s} {label:30s} {tokens[label] / repeats:7.0f} tokens/call  {results[label]:8.0f} tok/s")
     ratio = results["reasonrl VLLMEngine.generate"] / results["raw vllm.LLM.generate"]
     print(f"{name:8s} adapter/raw throughput ratio: {ratio:.3f}   engine load: {load_s:.1f}s")
     engine.shutdown()
