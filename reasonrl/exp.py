@@ -225,6 +225,8 @@ class _Stack:
 def _shutdown_engines(engines) -> None:
     import ray
 
-    ray.get([e.shutdown.remote() for e in engines], timeout=120)
-    for engine in engines:
-        ray.kill(engine)
+    try:
+        ray.get([e.shutdown.remote() for e in engines], timeout=120)
+    finally:
+        for engine in engines:
+            ray.kill(engine)

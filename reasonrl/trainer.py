@@ -82,30 +82,45 @@ class PPOTrainer:
     # ================================================================== the loop
     async def fit(self) -> dict[str, float]:
         cfg = self.cfg
-        await self.to_generation_phase()
-        await self.sync_weights()  # engines start from the policy's (possibly resumed) weights
-        if cfg.eval_before_training and cfg.eval_interval and self.global_step == 0 and self.eval_sets:
+        await self.sync_for_generation()  # engines start from the policy's (possibly resumed) weights
+        if cfg.eval_before_training and self.global_step == 0 and self.eval_sets:
             self.tracker.log_metrics(0, await self.evaluate())
         last: dict[str, float] = {}
+        saved_at = evaluated_at = None
         while self.global_step < self.total_steps:
             step_start = time.perf_counter()
             metrics = await self.train_step()
-            if metrics is None:
+            if metrics is None:  # data used up early (dynamic-sampling refills draw from the same sampler)
+                logger.warning(f"training data exhausted after step {self.global_step} of {self.total_steps}")
                 break
             self.global_step += 1
-            if cfg.eval_interval and self.global_step % cfg.eval_interval == 0 and self.eval_sets:
+            final = self.global_step == self.total_steps
+            if self.eval_sets and (final or (cfg.eval_interval and self.global_step % cfg.eval_interval == 0)):
                 metrics |= await self.timed_phase(metrics, "eval", self.evaluate())
+                evaluated_at = self.global_step
             metrics["time/step"] = time.perf_counter() - step_start
             # Log the step before its checkpoint commits: a resumed run drops rows after the checkpoint's step.
-            if self.global_step % cfg.log_interval == 0 or self.global_step == self.total_steps:
+            if self.global_step % cfg.log_interval == 0 or final:
                 self.tracker.log_metrics(self.global_step, metrics)
             if self._should_save():
-                start = time.perf_counter()
-                await self.save_checkpoint()
-                self.tracker.log_metrics(self.global_step, {"time/checkpoint": time.perf_counter() - start})
+                await self._timed_save()
+                saved_at = self.global_step
             self.tracker.advance(self.global_step, {"reward": metrics.get("reward/mean", float("nan"))})
             last = metrics
+        if self.global_step > 0 and self.global_step != evaluated_at and self.eval_sets:
+            self.tracker.log_metrics(self.global_step, await self.evaluate())
+        if (
+            self.global_step > 0
+            and self.global_step != saved_at
+            and not self.checkpoints.path_for(self.global_step).exists()
+        ):
+            await self._timed_save()
         return last
+
+    async def _timed_save(self) -> None:
+        start = time.perf_counter()
+        await self.save_checkpoint()
+        self.tracker.log_metrics(self.global_step, {"time/checkpoint": time.perf_counter() - start})
 
     def _should_save(self) -> bool:
         interval = self.cfg.save_interval
@@ -123,18 +138,17 @@ class PPOTrainer:
         if rows is None:
             return None
         completions, results, rows_per_sample, group_ids = await self.rollout(rows, m)
-        await self.to_training_phase()
         if not completions:
             logger.warning(f"step {self.global_step}: every group had zero reward variance; skipping the update")
             return m
+        await self.to_training_phase()
         exp = await self.timed_phase(m, "forward", self.make_experience(completions, results, m))
         start = time.perf_counter()
         m |= self.compute_advantages(exp, results, group_ids)
         m["time/advantages"] = time.perf_counter() - start
         m |= await self.timed_phase(m, "update", self.update(exp))
-        await self.to_generation_phase()
-        m |= await self.timed_phase(m, "sync", self.sync_weights())
-        self.dump_generations(completions, results, rows_per_sample)
+        m |= await self.timed_phase(m, "sync", self.sync_for_generation())
+        self.dump_generations(completions, results, rows_per_sample, step=self.global_step + 1)
         return m
 
     # ================================================================== device sharing (colocate_all)
@@ -150,12 +164,22 @@ class PPOTrainer:
         await asyncio.gather(*[engine.sleep.remote() for engine in self.roles.engines])
         await asyncio.gather(*[_gather_refs(g.call_async("reload")) for g in self._trainable_groups()])
 
-    async def to_generation_phase(self) -> None:
-        """colocate_all: DeepSpeed states leave the devices and vLLM wakes up (before the weight sync)."""
+    async def to_generation_phase(self, keep_policy: bool = False) -> None:
+        """colocate_all: DeepSpeed states leave the devices (the policy's too unless ``keep_policy``), vLLM wakes."""
         if not self.cfg.colocate_all:
             return
-        await asyncio.gather(*[_gather_refs(g.call_async("offload")) for g in self._trainable_groups()])
+        groups = [g for g in self._trainable_groups() if not (keep_policy and g is self.roles.policy)]
+        await asyncio.gather(*[_gather_refs(g.call_async("offload")) for g in groups])
         await asyncio.gather(*[engine.wake_up.remote() for engine in self.roles.engines])
+
+    async def sync_for_generation(self) -> dict[str, float]:
+        """Wake the engines, send them the policy's weights (verified), then move the policy's states off too.
+        The policy stays on its devices during the sync: the gather and the probe forward need it there."""
+        await self.to_generation_phase(keep_policy=True)
+        metrics = await self.sync_weights()
+        if self.cfg.colocate_all:
+            await _gather_refs(self.roles.policy.call_async("offload"))
+        return metrics
 
     # ================================================================== rollout
     def encode(self, rows: Sequence[dict]) -> list[list[int]]:
@@ -310,6 +334,7 @@ class PPOTrainer:
             gamma=cfg.gamma,
             lam=cfg.lam,
             eps=cfg.grpo_eps,
+            norm_by_std=cfg.grpo_norm_by_std,
         )
         exp.advantages, exp.returns = adv, returns
         valid = adv[exp.action_mask]
@@ -335,6 +360,8 @@ class PPOTrainer:
         group = self.roles.policy if role == "policy" else self.roles.critic
         epochs = cfg.policy_update_steps if role == "policy" else cfg.critic_update_steps
         loss_cfg = cfg.policy_loss_config() if role == "policy" else cfg.value_loss_config()
+        if role == "policy" and cfg.kl_mode == "loss":  # the controller's current value (fixed or adaptive)
+            loss_cfg = dataclasses.replace(loss_cfg, kl_loss_coef=self.kl_ctl.value)
         if role == "policy" and self.entropy_ctl is not None:
             loss_cfg = dataclasses.replace(loss_cfg, entropy_coef=self.entropy_ctl.effective_coef)
         per_step: list[list[dict]] = []
@@ -395,10 +422,10 @@ class PPOTrainer:
             logger.info(f"eval {name} @ step {self.global_step}: {summary}")
         return out
 
-    def dump_generations(self, completions, results, rows) -> None:
+    def dump_generations(self, completions, results, rows, step: int) -> None:
         if self.cfg.dump_generations:
             records = _records(completions, results, rows, limit=self.cfg.dump_generations, split="train")
-            self.tracker.dump_generations(self.global_step, records)
+            self.tracker.dump_generations(step, records)
 
     # ================================================================== checkpoints
     def trainer_state(self) -> dict[str, Any]:
@@ -421,8 +448,8 @@ class PPOTrainer:
         from reasonrl.utils.rng import save_rng_state
 
         staging = self.checkpoints.begin(self.global_step)
-        await self.to_training_phase()  # DeepSpeed saves the states from the devices
         try:
+            await self.to_training_phase()  # DeepSpeed saves the states from the devices
             tag = "ds"
             await _gather_refs(self.roles.policy.call_async("save_checkpoint", str(staging / "policy"), tag))
             if self.roles.critic is not None:
@@ -464,16 +491,23 @@ def _stitch(parts: Sequence[torch.Tensor], width: int) -> torch.Tensor:
 
 
 def _mean_metrics(per_step: Sequence[Sequence[dict]]) -> dict[str, float]:
-    """Mean over optimizer steps of the token-weighted mean over ranks."""
-    totals: dict[str, float] = {}
+    """Per key: mean over the optimizer steps that report it of the token-weighted mean over the ranks that do.
+
+    A rank with an empty shard reports only grad_norm / lr / tokens; it must not bias the others' means.
+    """
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
     for ranks in per_step:
-        weights = [max(r.get("tokens", 1), 1) for r in ranks]
-        for key in ranks[0]:
-            value = sum(r[key] * w for r, w in zip(ranks, weights, strict=True)) / sum(weights)
+        for key in {k for r in ranks for k in r}:
+            having = [r for r in ranks if key in r]
             if key in ("grad_norm", "lr"):
-                value = ranks[0][key]  # identical on every rank
-            totals[key] = totals.get(key, 0.0) + value / len(per_step)
-    return totals
+                value = having[0][key]  # identical on every rank
+            else:
+                weights = [max(r.get("tokens", 1), 1) for r in having]
+                value = sum(r[key] * w for r, w in zip(having, weights, strict=True)) / sum(weights)
+            sums[key] = sums.get(key, 0.0) + value
+            counts[key] = counts.get(key, 0) + 1
+    return {key: sums[key] / counts[key] for key in sums}
 
 
 def _records(completions, results, rows, limit: int | None, split: str) -> list[dict]:

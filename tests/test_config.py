@@ -102,6 +102,7 @@ BAD_CONFIGS = [
     ("gamma", dict(gamma=1.5), r"gamma=1\.5: must be in \[0, 1\]", []),
     ("nan", dict(lam=float("nan")), r"lam=nan: must be in \[0, 1\]", []),
     ("grpo-one-sample", dict(advantage_estimator="grpo", n_samples_per_prompt=1), r"n_samples_per_prompt >= 2", []),
+    ("remax-no-baseline", dict(advantage_estimator="remax"), r"greedy baseline rollout", []),
     ("dyn-sampling-one", dict(dynamic_sampling=True, n_samples_per_prompt=1), r"dynamic_sampling.*>= 2", []),
     ("gae-no-critic", dict(critic_num_nodes=0), r"advantage_estimator='gae' trains a critic", ["critic_num_nodes"]),
     ("kl-no-coef", dict(kl_mode="loss"), r"kl_mode='loss' needs init_kl_coef > 0", []),

@@ -65,6 +65,7 @@ def test_grpo_notebook_style_subclass(ray_cluster, tmp_path):
     @dataclasses.dataclass
     class MyGRPO(TinyGRPOCPUConfig):
         exp_name: str = "notebook_grpo"
+        eval_data: list[str] = ()
         max_steps: int = 2
         eval_interval: int = 0
         save_interval: int = 0

@@ -19,6 +19,11 @@ def _check_algorithm(cfg: BasePPOExpConfig) -> list[str]:
             f"advantage_estimator={est!r} compares the samples of each prompt, so n_samples_per_prompt={n} "
             "gives every sample advantage 0: set n_samples_per_prompt >= 2 (typically 8-64), or use gae"
         )
+    if est == "remax":
+        problems.append(
+            "advantage_estimator='remax' needs a greedy baseline rollout per prompt, which the trainer does not "
+            "run yet (reasonrl.algos.remax_advantages exists for custom loops): use grpo, rloo or gae"
+        )
     if cfg.dynamic_sampling and n < 2:
         problems.append(
             f"dynamic_sampling drops prompt groups with equal rewards, so n_samples_per_prompt={n} drops all: "

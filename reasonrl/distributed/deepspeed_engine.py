@@ -421,7 +421,9 @@ def offload_states(engine, *, force: bool = False) -> list[str]:
     from deepspeed.ops.adam import FusedAdam
     from deepspeed.runtime.zero.offload_config import OffloadDeviceEnum, OffloadStateTypeEnum
 
-    include = list(OffloadStateTypeEnum)
+    # The ZeRO-3 parameter partitions (lp_params) stay on the device: moving them is fragile (ORZ marks it
+    # "dangerous") and the weight sync gathers them right after generation starts.
+    include = [s for s in OffloadStateTypeEnum if s != OffloadStateTypeEnum.lp_params]
     basic = getattr(engine.optimizer, "optimizer", None)
     if engine.zero_optimization_stage() == 3 and type(basic) is not FusedAdam and not engine.zero_use_cpu_optimizer():
         logger.warning(

@@ -68,7 +68,7 @@ class ValueLossConfig:
     norm_constant: float | None = None
 
 
-def equalised_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+def equalised_micro_batches(lengths: Sequence[int], max_tokens: int, device="cpu") -> list[list[int]]:
     """Token-budget micro-batches of this rank, padded to the group's maximum count.
 
     Ranks agree on the count with an all-reduce (MAX). Missing micro-batches are empty lists: the caller runs a
@@ -79,7 +79,7 @@ def equalised_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[lis
     from reasonrl.models import split_by_token_budget
 
     batches = split_by_token_budget(list(lengths), max_tokens) if len(lengths) else []
-    count = torch.tensor([len(batches)], dtype=torch.long)
+    count = torch.tensor([len(batches)], dtype=torch.long, device=device)  # NCCL reduces device tensors only
     if dist.is_initialized():
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
     return batches + [[] for _ in range(int(count.item()) - len(batches))]
@@ -97,7 +97,7 @@ class _ModelWorker(DistributedWorker):
     def _micro_batches(self, samples: Sequence[Sample]) -> list[tuple[list[int], list[Sample]]]:
         lengths = [len(p) + len(r) for p, r in samples]
         out = []
-        for idx in equalised_micro_batches(lengths, self.config.max_tokens_per_micro_batch):
+        for idx in equalised_micro_batches(lengths, self.config.max_tokens_per_micro_batch, self.device):
             out.append((idx, [samples[i] for i in idx] if idx else [DUMMY_SAMPLE]))
         return out
 

@@ -40,8 +40,12 @@ class WorkerGroup:
                 placement.actor_options(rank) if placement is not None else {"num_cpus": num_cpus_per_actor}
             )
             self.actors.append(actor_cls.options(**options).remote(rank, self.world_size))
-        addr, port = ray.get(self.actors[0].master_address.remote())
-        ray.get([a.init_process_group.remote(addr, port, timeout_s) for a in self.actors])
+        try:
+            addr, port = ray.get(self.actors[0].master_address.remote())
+            ray.get([a.init_process_group.remote(addr, port, timeout_s) for a in self.actors])
+        except BaseException:
+            self.kill()  # the caller never gets a handle to clean up
+            raise
         logger.info(f"{self.name}: {self.world_size} rank(s) joined at {addr}:{port}")
 
     def call(self, method: str, *args, **kwargs) -> list:
