@@ -370,8 +370,22 @@ def step(engine) -> float:
     """``engine.step()`` after the last :func:`backward` (clip, optimizer step, scheduler step, zero grads).
     Returns the learning rate this step used (the first param group's)."""
     lr = current_lr(engine)
+    engine._reasonrl_grad_norm = _zero0_grad_norm(engine)
     engine.step()
     return lr
+
+
+def _zero0_grad_norm(engine) -> float | None:
+    """The gradient 2-norm DeepSpeed's ZeRO-0 fp32 path clips with but does not keep (``get_global_grad_norm`` is
+    None there). Gradients are already all-reduced at the accumulation boundary, so the local norm is global."""
+    if engine.zero_optimization_stage() != 0 or hasattr(engine.optimizer, "_global_grad_norm"):
+        return None
+    import torch
+
+    grads = [p.grad.detach().float() for p in engine.module.parameters() if p.grad is not None]
+    if not grads:
+        return None
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
 
 
 def current_lr(engine) -> float:
@@ -380,9 +394,11 @@ def current_lr(engine) -> float:
 
 
 def grad_norm(engine) -> float:
-    """Global gradient 2-norm (before clipping) computed by the last :func:`step`; ``nan`` where DeepSpeed does
-    not compute it (ZeRO-0)."""
+    """Global gradient 2-norm (before clipping) of the last :func:`step` (DeepSpeed's, or ours under ZeRO-0 fp32
+    where DeepSpeed keeps none); ``nan`` if neither exists."""
     norm = engine.get_global_grad_norm()
+    if norm is None:
+        norm = getattr(engine, "_reasonrl_grad_norm", None)
     return float("nan") if norm is None else float(norm)
 
 

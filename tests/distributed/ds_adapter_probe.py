@@ -149,7 +149,7 @@ def main(out_dir: str, model_dir: str) -> None:
 
     # backward(is_last)/step: an update from two half micro-batches equals one from the full batch. ZeRO-2 is the
     # discriminating case: without the boundary marking it drops the first micro-batch's gradient (ZeRO-3 does not).
-    for stage in (2, 3):
+    for stage in (0, 2, 3):  # ZeRO-0: the grad norm is ours (DeepSpeed keeps none there)
         cfg_s = ds.build_ds_config(zero_stage=stage, micro_batch_size_per_rank=4, world_size=1, grad_clip=1.0)
         engine_f, hf_keep_f = train_engine(cfg_s, gradient_checkpointing=False)
         engine_g, hf_keep_g = train_engine(cfg_s, gradient_checkpointing=False)

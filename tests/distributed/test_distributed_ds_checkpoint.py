@@ -65,7 +65,7 @@ def test_resumed_engine_continues_exactly(probe):
     assert probe["lrs_b"] == probe["lrs_a"][3:], "the LR scheduler must resume"
 
 
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [0, 2, 3])
 def test_manual_accumulation_boundary_equals_one_big_batch(probe, stage):
     acc = probe[f"accum_z{stage}"]
     assert acc["partitioned"] == (stage == 3), "a ZeRO-2 model must load unpartitioned next to ZeRO-3 ones"
@@ -77,6 +77,12 @@ def test_manual_accumulation_boundary_equals_one_big_batch(probe, stage):
     assert acc["global_steps"] == 2, "one optimizer step per update, not per micro-batch"
     assert acc["step_lrs"] == pytest.approx([BASE_LR * lr_factor(k, **SCHEDULE) for k in range(2)])
     assert acc["next_lr"] == pytest.approx(BASE_LR * lr_factor(2, **SCHEDULE))
+
+
+def test_zero0_grad_norm_equals_deepspeeds_zero3_norm(probe):
+    """Same weights, same batch: the norm computed by the adapter under ZeRO-0 equals DeepSpeed's under ZeRO-3."""
+    first = {stage: probe[f"accum_z{stage}"]["grad_norms"]["full"][0] for stage in (0, 3)}
+    assert first[0] == pytest.approx(first[3], rel=1e-5)
 
 
 def test_parameters_only_load(probe):
