@@ -45,3 +45,38 @@ def atomic_directory(final: Path) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staging_directory(final: Path) -> Iterator[Path]:
+    """Like :func:`atomic_directory`, but an existing ``final`` is REPLACED: yield a fresh temporary directory
+    next to ``final``; on success swap it in (the old folder is renamed aside first and removed only once the new
+    one is in place); on error the temporary directory is removed and ``final`` is untouched."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.new-", dir=final.parent))
+    try:
+        yield tmp
+        for path in tmp.rglob("*"):
+            if path.is_file():
+                with open(path, "rb") as f:
+                    os.fsync(f.fileno())
+        aside = None
+        if final.exists():
+            aside = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
+            os.rmdir(aside)  # a unique free name next to final
+            os.rename(final, aside)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if aside is not None:
+                os.rename(aside, final)
+                raise
+            if not final.exists():
+                raise
+            # another process put a complete ``final`` in place meanwhile: keep it, discard ours
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,173 @@
+"""``SFTConfig``: one supervised fine-tuning run, its ``field=value`` overrides and its validation.
+
+Imports no torch, ray, deepspeed or vllm: a bad config fails in well under a second, before anything starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from reasonrl.config.errors import ConfigError, _close
+from reasonrl.config.names import ATTN_IMPLEMENTATIONS, DEVICES, LR_SCHEDULES, PROMPT_TEMPLATES, ZERO_STAGES
+
+
+@dataclasses.dataclass
+class SFTConfig:
+    """One SFT run. Data comes from ``rows`` (in memory), ``generator`` (a callable returning rows) or
+    ``train_data`` (sources of ``reasonrl.data.load_rows``: built-in names or files), in that order of precedence.
+    Held-out loss uses ``eval_rows`` / ``eval_data``, else the last ``eval_frac`` of the training rows.
+
+    Subclass it for a recipe (``playground/sft_arith.py``) exactly like ``BasePPOExpConfig``."""
+
+    pretrain: str = "tiny"  # model folder, or an offline model name (tiny / tiny-demo / smollm2 / arith-sft)
+    output_dir: str = "ckpt/sft"  # the exported HF folder (pretrain=<it> starts RL from it)
+    overwrite: bool = False  # replace an existing output_dir (else: refuse before training)
+    exp_name: str = "sft"
+    log_dir: str = "logs"
+    seed: int = 42
+    # data
+    rows: list[dict] | None = None
+    generator: Callable[[], Iterable[dict]] | None = None
+    train_data: list[str] = dataclasses.field(default_factory=list)
+    eval_rows: list[dict] | None = None
+    eval_data: list[str] = dataclasses.field(default_factory=list)
+    eval_frac: float = 0.02  # held-out share of the training rows when no eval rows/data are given
+    eval_max_rows: int = 512
+    prompt_template: str = "plain"  # plain / chat / orz / r1_zero / a jinja2 file (as the RL config's)
+    response_field: str = "answer"  # the row field holding the target text (taken verbatim); EOS is appended
+    max_prompt_len: int = 256  # prompt tokens kept (left-truncated, like the RL trainer)
+    max_response_len: int = 256  # longer targets (with EOS) are dropped and counted
+    # optimisation
+    lr: float = 1e-3
+    lr_schedule: str = "cosine"  # constant / linear / cosine (to 0 at the last step)
+    warmup_steps: int = 20
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    num_epochs: int = 1
+    max_steps: int | None = None  # stop after this many optimizer steps (cycling the data if needed)
+    train_batch_size: int = 64  # pairs per optimizer step, over all ranks
+    max_tokens_per_micro_batch: int = 8192
+    # resources
+    num_nodes: int = 1
+    devices_per_node: int = 1  # data-parallel ranks = num_nodes x devices_per_node
+    zero_stage: int = 3
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    attn_implementation: str = "sdpa"
+    device: str = "auto"  # auto / cpu / gpu
+    ray_address: str | None = None
+    cpus_per_bundle: float = 1.0
+    torch_threads: int | None = None  # CPU threads of each worker's torch; None = Ray's default (its num_cpus)
+    # logging
+    log_interval: int = 10
+    eval_interval: int = 100  # 0 = only before and after training
+    progress_bar: bool = True
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.devices_per_node
+
+    # ------------------------------------------------------------------------------------------ construction
+    def with_overrides(self, overrides: dict[str, Any]) -> SFTConfig:
+        """A copy with ``field=value`` overrides parsed by field type (as ``BasePPOExpConfig.with_overrides``)."""
+        from reasonrl.config.overrides import apply_overrides
+
+        return apply_overrides(self, overrides)
+
+    @classmethod
+    def from_cli(cls, argv: Sequence[str] | None = None) -> SFTConfig:
+        """An instance from ``field=value`` arguments (``--help`` lists the fields and their defaults)."""
+        from reasonrl.config.overrides import parse_overrides
+
+        argv = list(sys.argv[1:] if argv is None else argv)
+        if any(a in ("-h", "--help", "help") for a in argv):
+            print(cls.help_text())
+            raise SystemExit(0)
+        return cls().with_overrides(parse_overrides(argv))
+
+    @classmethod
+    def help_text(cls) -> str:
+        defaults = cls()
+        lines = [f"{cls.__name__}: python -m <recipe> [field=value ...]", ""]
+        for f in dataclasses.fields(cls):
+            if f.name in ("rows", "eval_rows", "generator"):
+                continue  # in-memory data: Python only
+            lines.append(f"  {f.name:28s} {getattr(defaults, f.name)!r}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (in-memory data is summarised by its size)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("rows", "eval_rows"):
+                value = None if value is None else f"<{len(value)} rows>"
+            elif f.name == "generator":
+                value = None if value is None else getattr(value, "__qualname__", repr(value))
+            out[f.name] = value
+        return out
+
+    # ------------------------------------------------------------------------------------------ validation
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` listing every problem (field, value, fix); touches no heavy library."""
+        from reasonrl.config.probes import _model_problems
+
+        problems = []
+        ints = ("train_batch_size", "max_tokens_per_micro_batch", "max_prompt_len", "max_response_len", "num_epochs")
+        for name in (*ints, "log_interval", "num_nodes", "devices_per_node"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name}={getattr(self, name)!r} must be >= 1")
+        if self.max_steps is not None and self.max_steps < 1:
+            problems.append(f"max_steps={self.max_steps!r} must be >= 1 (or None: num_epochs over the data)")
+        for name in ("warmup_steps", "eval_interval", "eval_max_rows", "weight_decay", "grad_clip"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name}={getattr(self, name)!r} must be >= 0")
+        if not self.lr > 0:
+            problems.append(f"lr={self.lr!r} must be > 0")
+        if not 0 <= self.eval_frac < 1:
+            problems.append(f"eval_frac={self.eval_frac!r} must be in [0, 1)")
+        for name, allowed in (
+            ("lr_schedule", LR_SCHEDULES),
+            ("zero_stage", ZERO_STAGES),
+            ("device", DEVICES),
+            ("attn_implementation", ATTN_IMPLEMENTATIONS),
+        ):
+            if getattr(self, name) not in allowed:
+                value = getattr(self, name)
+                problems.append(f"{name}={value!r} is not one of {list(allowed)}{_close(value, allowed)}")
+        if self.prompt_template not in PROMPT_TEMPLATES and not Path(self.prompt_template).expanduser().is_file():
+            problems.append(
+                f"prompt_template={self.prompt_template!r} is neither one of {list(PROMPT_TEMPLATES)} nor a jinja2 file"
+            )
+        if self.cpus_per_bundle <= 0:
+            problems.append(f"cpus_per_bundle={self.cpus_per_bundle!r} must be > 0")
+        problems += _model_problems("pretrain", self.pretrain)
+        problems += self._data_problems()
+        if Path(self.output_dir).expanduser().exists() and not self.overwrite:
+            problems.append(
+                f"output_dir={self.output_dir!r} already exists: choose another folder or pass overwrite=true "
+                "(the old folder is replaced only after the new export is complete)"
+            )
+        if problems:
+            raise ConfigError(problems, title="invalid SFT config")
+
+    def _data_problems(self) -> list[str]:
+        from reasonrl.data.arithmetic import GENERATED_DATASETS
+        from reasonrl.data.prepare import BUILTIN_DATASETS
+
+        names = [*BUILTIN_DATASETS, *GENERATED_DATASETS]
+        problems = []
+        if self.rows is None and self.generator is None and not self.train_data:
+            problems.append(f"no training data: set train_data (a built-in dataset: {', '.join(names)}, or a file)")
+        for field in ("train_data", "eval_data"):
+            for source in getattr(self, field):
+                if source not in names and not Path(source).expanduser().exists():
+                    problems.append(
+                        f"{field}: {source!r} is neither a built-in dataset ({', '.join(names)}) nor an existing "
+                        f"file or folder{_close(source, names)}"
+                    )
+        return problems

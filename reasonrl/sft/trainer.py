@@ -1,0 +1,234 @@
+"""The SFT driver: data -> a Ray group of :class:`SFTWorker` ranks -> training with held-out loss -> HF export.
+
+    cfg = SFTConfig(pretrain="tiny", rows=rows, output_dir="ckpt/sft_demo", max_steps=200)
+    result = train_sft(cfg)          # -> SFTResult; result.output_dir is an HF folder: pretrain=<it> starts RL
+
+Each optimizer step takes ``train_batch_size`` pairs, split round-robin over the data-parallel ranks (ZeRO-0..3
+over gloo/nccl) and, inside a rank, into token-budget micro-batches. At the end the full weights are gathered and
+written as a Hugging Face folder (config, safetensors, generation config, tokenizer) that transformers and vLLM
+load, plus ``reasonrl_sft.json`` (config and result). The folder appears complete or not at all; an existing one
+(``overwrite=true``) is replaced only after the new export is complete.
+
+Logs (``log_dir/exp_name/``, the RL tracker's layout): ``sft/loss``, ``sft/lr``, ``sft/grad_norm``,
+``eval/heldout/loss`` (token-mean NLL on the held-out pairs), ``time/step``; ``summary.png`` / ``summary.html``.
+Command line: ``python -m reasonrl.sft [field=value ...]`` or a recipe, ``python -m playground.sft_arith``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from loguru import logger
+
+from reasonrl.sft.config import SFTConfig
+from reasonrl.sft.data import Sample, batch_order, encode_pairs, split_rows
+
+EVAL_KEY = "eval/heldout/loss"
+
+
+@dataclasses.dataclass
+class SFTResult:
+    output_dir: Path
+    steps: int
+    train_loss_first: float
+    train_loss_last: float  # mean of the last min(10, steps) steps
+    eval_loss_before: float
+    eval_loss_after: float
+    train_seconds: float  # optimisation and evaluation (no start-up, no export)
+    total_seconds: float
+    num_train_pairs: int
+    dropped_pairs: int
+
+
+class SFTTrainer:
+    """Drives the :class:`SFTWorker` group: batches, evaluation, logging, export. Use :func:`train_sft`."""
+
+    def __init__(self, cfg: SFTConfig, group, tokenizer, train: list[Sample], evals: list[Sample], tracker):
+        self.cfg, self.group, self.tokenizer, self.tracker = cfg, group, tokenizer, tracker
+        self.train, self.evals = train, evals
+        self.total_steps = total_steps(cfg, len(train))
+        self.order = batch_order(len(train), cfg.train_batch_size, self.total_steps, cfg.seed)
+
+    def _shards(self, samples: Sequence[Sample]) -> list[list[Sample]]:
+        world = self.group.world_size
+        return [list(samples[r::world]) for r in range(world)]
+
+    def evaluate(self) -> float:
+        """Token-mean response NLL on the held-out pairs (nan without any)."""
+        if not self.evals:
+            return float("nan")
+        parts = self.group.call_sharded("eval_nll", self._shards(self.evals))
+        return sum(p[0] for p in parts) / max(sum(p[1] for p in parts), 1)
+
+    def fit(self) -> tuple[list[float], float, float, float]:
+        """Train ``total_steps`` steps. Returns (train losses, eval loss before, eval loss after, seconds)."""
+        cfg = self.cfg
+        before = self.evaluate()
+        self.tracker.log_metrics(0, {EVAL_KEY: before})
+        losses: list[float] = []
+        start = time.perf_counter()
+        for step, idx in enumerate(self.order, start=1):
+            step_start = time.perf_counter()
+            batch = [self.train[i] for i in idx]
+            global_tokens = sum(len(r) for _, r in batch)
+            parts = self.group.call_sharded("train_step", self._shards(batch), global_tokens)
+            losses.append(sum(p["loss_share"] for p in parts))
+            m = {"sft/loss": losses[-1], "sft/lr": parts[0]["lr"], "sft/grad_norm": parts[0]["grad_norm"]}
+            m["time/step"] = time.perf_counter() - step_start
+            m["perf/tokens_per_s_train_policy"] = global_tokens / m["time/step"]
+            if cfg.eval_interval and step % cfg.eval_interval == 0 and step != self.total_steps:
+                m[EVAL_KEY] = self.evaluate()
+            if step % cfg.log_interval == 0 or EVAL_KEY in m:
+                self.tracker.log_metrics(step, m)
+            self.tracker.advance(step, {"loss": losses[-1]})
+        after = self.evaluate()
+        seconds = time.perf_counter() - start
+        self.tracker.log_metrics(self.total_steps, {EVAL_KEY: after})
+        return losses, before, after, seconds
+
+    def export(self, out_dir: Path) -> None:
+        """Write the HF folder (weights from rank 0's gather, tokenizer from the driver)."""
+        self.group.call("export_hf", str(out_dir))
+        self.tokenizer.save_pretrained(out_dir)
+
+
+def total_steps(cfg: SFTConfig, num_pairs: int) -> int:
+    return cfg.max_steps or cfg.num_epochs * (num_pairs // cfg.train_batch_size)
+
+
+def _resolve_device(cfg: SFTConfig) -> str:
+    if cfg.device != "auto":
+        return cfg.device
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def _encode(cfg: SFTConfig, tokenizer, template) -> tuple[list[Sample], list[Sample], int]:
+    """Training and held-out samples and the number of dropped training pairs; raises before any worker starts."""
+    train_rows, eval_rows = split_rows(cfg)
+    encode = dict(
+        response_field=cfg.response_field, max_prompt_len=cfg.max_prompt_len, max_response_len=cfg.max_response_len
+    )
+    train, dropped = encode_pairs(train_rows, tokenizer, template, where="training data", **encode)
+    evals, _ = encode_pairs(eval_rows, tokenizer, template, where="held-out data", **encode)
+    if not train:
+        raise ValueError(f"SFT: all {dropped} training pairs exceed max_response_len={cfg.max_response_len}")
+    if dropped:
+        logger.warning(f"SFT: dropped {dropped} pair(s) longer than max_response_len={cfg.max_response_len}")
+    if len(train) < cfg.train_batch_size:
+        raise ValueError(f"train_batch_size={cfg.train_batch_size} exceeds the {len(train)} training pairs")
+    return train, evals, dropped
+
+
+def train_sft(cfg: SFTConfig) -> SFTResult:
+    """Run SFT end to end (validated first; data problems are raised before Ray starts)."""
+    import ray
+    from transformers import AutoTokenizer
+
+    from reasonrl.config import BasePPOExpConfig
+    from reasonrl.data import get_template
+    from reasonrl.distributed.placement import RoleResources, build_placement
+    from reasonrl.distributed.ppo_workers import WorkerConfig
+    from reasonrl.distributed.ray_cluster import init_ray
+    from reasonrl.distributed.worker_group import WorkerGroup
+    from reasonrl.sft.worker import SFTWorker
+    from reasonrl.utils.paths import staging_directory
+    from reasonrl.utils.tracking import Tracker
+
+    total_start = time.perf_counter()
+    cfg.validate()
+    out_dir = Path(cfg.output_dir).expanduser()
+    model_path = BasePPOExpConfig.resolve_model_path(cfg.pretrain)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    template = get_template(cfg.prompt_template, tokenizer=tokenizer)
+    train, evals, dropped = _encode(cfg, tokenizer, template)
+    steps = total_steps(cfg, len(train))
+    logger.info(f"SFT: {len(train)} training pairs, {len(evals)} held-out pairs, {steps} steps, model {model_path}")
+
+    started_ray = not ray.is_initialized()
+    init_ray(cfg.ray_address)
+    plan = group = None
+    try:
+        plan = build_placement(
+            {"policy": RoleResources(cfg.num_nodes, cfg.devices_per_node)},
+            device=_resolve_device(cfg),
+            cpus_per_bundle=cfg.cpus_per_bundle,
+        )
+        group = WorkerGroup(SFTWorker, plan["policy"], name="sft")
+        worker_cfg = WorkerConfig(
+            model_path=model_path,
+            zero_stage=cfg.zero_stage,
+            bf16=cfg.bf16,
+            lr=cfg.lr,
+            weight_decay=cfg.weight_decay,
+            warmup_steps=cfg.warmup_steps,
+            total_steps=max(steps, cfg.warmup_steps + 1),
+            lr_schedule=cfg.lr_schedule,
+            grad_clip=cfg.grad_clip,
+            gradient_checkpointing=cfg.gradient_checkpointing,
+            attn_implementation=cfg.attn_implementation,
+            max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch,
+            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+            seed=cfg.seed,
+        )
+        group.call("setup", worker_cfg, cfg.torch_threads)
+        with Tracker(cfg.log_dir, cfg.exp_name, progress_total=steps, progress_bar=cfg.progress_bar) as tracker:
+            tracker.log_table_at_start(json.dumps(cfg.to_dict(), indent=1, default=str))
+            trainer = SFTTrainer(cfg, group, tokenizer, train, evals, tracker)
+            losses, before, after, seconds = trainer.fit()
+            result = SFTResult(
+                output_dir=out_dir,
+                steps=len(losses),
+                train_loss_first=losses[0],
+                train_loss_last=sum(losses[-10:]) / len(losses[-10:]),
+                eval_loss_before=before,
+                eval_loss_after=after,
+                train_seconds=seconds,
+                total_seconds=0.0,  # set after the export
+                num_train_pairs=len(train),
+                dropped_pairs=dropped,
+            )
+            with staging_directory(out_dir) as tmp:
+                trainer.export(tmp)
+                info = {"config": cfg.to_dict(), "result": dataclasses.asdict(result) | {"output_dir": str(out_dir)}}
+                (tmp / "reasonrl_sft.json").write_text(json.dumps(info, indent=1, default=str))
+    finally:
+        if group is not None:
+            group.kill()
+        if plan is not None:
+            plan.remove()
+        if started_ray and not cfg.ray_address:
+            ray.shutdown()
+    result.total_seconds = time.perf_counter() - total_start
+    logger.info(
+        f"SFT done: {result.steps} steps, train loss {result.train_loss_first:.3f} -> {result.train_loss_last:.3f}, "
+        f"held-out loss {before:.3f} -> {after:.3f}, {seconds:.0f} s training; saved {out_dir}"
+    )
+    return result
+
+
+def run_sft_recipe(cfg_cls: type[SFTConfig] = SFTConfig, argv: Sequence[str] | None = None) -> SFTResult:
+    """Entry point of an SFT recipe: ``python -m playground.sft_<name> [field=value ...]``. A bad config or bad
+    data prints what to fix and exits with status 2 before any worker starts."""
+    from reasonrl.config import ConfigError
+    from reasonrl.data import DataFormatError
+
+    try:
+        cfg = cfg_cls.from_cli(argv)
+        cfg.validate()
+        result = train_sft(cfg)
+    except (ConfigError, DataFormatError) as err:
+        print(err, file=sys.stderr)
+        raise SystemExit(2) from None
+    print(
+        f"\nSFT {cfg.exp_name}: {result.steps} steps in {result.train_seconds:.0f} s | held-out loss "
+        f"{result.eval_loss_before:.3f} -> {result.eval_loss_after:.3f} | model: {result.output_dir} "
+        f"(use pretrain={result.output_dir}) | curves: {Path(cfg.log_dir) / cfg.exp_name / 'summary.png'}"
+    )
+    return result
