@@ -276,11 +276,19 @@ def test_known_names_equal_the_registries():
 
 
 def test_offline_model_context_lengths():
+    from reasonrl.models.named import OFFLINE_MODEL_NAMES
     from reasonrl.models.smollm2 import FOLDER_NAME
-    from reasonrl.models.tiny import TinyModelSpec
+    from reasonrl.models.tiny import DEMO_SPEC, TinyModelSpec
     from reasonrl.utils.paths import cache_root
 
+    assert tuple(config_mod.OFFLINE_MODELS) == OFFLINE_MODEL_NAMES  # the light mirror names every offline model
     assert config_mod.OFFLINE_MODELS["tiny"] == TinyModelSpec().max_position_embeddings
+    # arith-sft is tiny-demo fine-tuned: same architecture, same context length
+    assert (
+        config_mod.OFFLINE_MODELS["tiny-demo"]
+        == config_mod.OFFLINE_MODELS["arith-sft"]
+        == DEMO_SPEC.max_position_embeddings
+    )
     converted = cache_root() / "models" / FOLDER_NAME / "config.json"
     if not converted.is_file():
         pytest.skip("SmolLM2 not converted on this machine (python -m reasonrl.prepare)")

@@ -16,7 +16,7 @@ from reasonrl.config.convert import _type_hints
 from reasonrl.config.debug import shrink_for_debug
 from reasonrl.config.errors import ConfigError
 from reasonrl.config.fields import _alg, _annotation_text, _dat, _evl, _exp, _log, _mod, _opt, _res, _rol
-from reasonrl.config.names import ORZ_STOP_STRINGS
+from reasonrl.config.names import OFFLINE_MODELS, ORZ_STOP_STRINGS
 from reasonrl.config.overrides import apply_overrides, config_from_cli, debug_mode_requested
 from reasonrl.config.probes import _gpu_count, _hf_cache_snapshot
 from reasonrl.config.render import config_help, config_table, markdown_fields
@@ -94,7 +94,7 @@ class BasePPOExpConfig:
     pretrain: str | None = _mod(
         None,
         "REQUIRED. Policy (and reference) model: a local Hugging Face folder (with config.json), a Hub id already "
-        "in the local HF cache, or 'tiny' / 'smollm2' for the offline models of reasonrl.models",
+        "in the local HF cache, or an offline model of reasonrl.models.named: tiny / tiny-demo / smollm2 / arith-sft",
     )
     critic_pretrain: str | None = _mod(None, "critic initialisation (value head added); None = same as pretrain")
     reward_pretrain: str | None = _mod(
@@ -345,19 +345,16 @@ class BasePPOExpConfig:
 
     @staticmethod
     def resolve_model_path(value: str | None) -> str | None:
-        """A model field's value as a local folder: ``tiny`` / ``smollm2`` are built or converted on first use
-        (``reasonrl.models``, imported here only); a Hub id found in the local HF cache becomes its snapshot
-        folder; anything else is returned as an expanded path."""
+        """A model field's value as a local folder: the offline names (``tiny``, ``tiny-demo``, ``smollm2``,
+        ``arith-sft``: ``reasonrl.models.named``, imported here only) are built, converted or trained on first
+        use; a Hub id found in the local HF cache becomes its snapshot folder; anything else is returned as an
+        expanded path."""
         if value is None:
             return None
-        if value == "tiny":
-            from reasonrl.models import tiny_model_path
+        if value in OFFLINE_MODELS:
+            from reasonrl.models.named import offline_model_path
 
-            return str(tiny_model_path())
-        if value == "smollm2":
-            from reasonrl.models import smollm2_path
-
-            return str(smollm2_path())
+            return str(offline_model_path(value))
         path = Path(value).expanduser()
         if not path.exists():
             snapshot = _hf_cache_snapshot(value)

@@ -27,7 +27,8 @@ RESUME_MODES = ("auto", "none")  # or the path of a checkpoint directory
 ATTN_IMPLEMENTATIONS = ("auto", "flash_attention_2", "sdpa", "eager")
 ZERO_STAGES = (0, 1, 2, 3)
 # The offline models of reasonrl.models and their context length (max_position_embeddings).
-OFFLINE_MODELS = {"tiny": 2048, "smollm2": 8192}
+# Mirror of reasonrl.models.named (tests/test_config.py asserts they agree).
+OFFLINE_MODELS = {"tiny": 2048, "tiny-demo": 256, "smollm2": 8192, "arith-sft": 256}
 # reasonrl.data.ORZ_STOP: generation stops for the ORZ prompt template.
 ORZ_STOP_STRINGS = ("User:", "Human:", "Assistant:", "</answer>")
 

@@ -12,8 +12,8 @@ from reasonrl.config.names import OFFLINE_MODELS
 
 _HOW_TO_PROVIDE_MODEL = (
     "Provide the model as {field}=/path/to/hf_folder (a Hugging Face model folder with config.json; relative "
-    "paths start at the current directory), or {field}=tiny / {field}=smollm2 for the offline models of "
-    "reasonrl.models; to use a Hub model, download it first on a machine with network, e.g. "
+    "paths start at the current directory), or {field}=tiny / tiny-demo / smollm2 / arith-sft for the offline models "
+    "of reasonrl.models.named; to use a Hub model, download it first on a machine with network, e.g. "
     "`huggingface-cli download {repo} --local-dir models/{leaf}`, and set {field}=models/{leaf}"
 )
 

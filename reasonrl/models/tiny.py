@@ -53,6 +53,10 @@ class TinyModelSpec:
         return f"tiny-qwen2-{shape}{'-tied' if self.tie_word_embeddings else ''}-s{self.seed}-b{BUILD_VERSION}"
 
 
+# ``pretrain=tiny-demo``: 4 layers, ~5M parameters; the base model of the CPU learning demo's SFT warm start.
+DEMO_SPEC = TinyModelSpec(intermediate_size=1024, num_hidden_layers=4, max_position_embeddings=256)
+
+
 def tiny_model_path(spec: TinyModelSpec | None = None, cache_dir: Path | None = None) -> Path:
     """Path of the cached tiny model folder for ``spec``, building it first if it is missing."""
     spec = spec or TinyModelSpec()

@@ -1,0 +1,59 @@
+"""The cached SFT warm start (``pretrain=arith-sft``): its cache key, reuse of a cached folder, and the registry of
+offline model names. (Building it for real is exercised by tests/test_demo.py.)"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from reasonrl.models.named import offline_model_path
+from reasonrl.models.warm_start import ArithWarmStartConfig, warm_start_key, warm_start_path
+
+
+def test_key_depends_on_what_changes_the_weights_only():
+    base = ArithWarmStartConfig()
+    key = warm_start_key(base)
+    assert key == warm_start_key(ArithWarmStartConfig()) and key.startswith("sft-arith_sft-")
+    for cosmetic in (dict(log_dir="elsewhere"), dict(output_dir="x"), dict(eval_interval=7), dict(progress_bar=False)):
+        assert warm_start_key(dataclasses.replace(base, **cosmetic)) == key, cosmetic
+    for real in (
+        dict(lr=5e-4),
+        dict(seed=1),
+        dict(max_steps=401),
+        dict(train_data=["gsm8k_train"]),
+        dict(zero_stage=3),
+    ):
+        assert warm_start_key(dataclasses.replace(base, **real)) != key, real
+
+
+def test_a_cached_folder_is_reused_without_training(tmp_path, monkeypatch):
+    import reasonrl.sft
+
+    cfg = ArithWarmStartConfig()
+    cached = tmp_path / warm_start_key(cfg)
+    cached.mkdir()
+    (cached / "model.safetensors").write_bytes(b"weights")
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a cached warm start must not be trained again")
+
+    monkeypatch.setattr(reasonrl.sft, "train_sft", no_training)
+    assert warm_start_path(cfg, cache_dir=tmp_path) == cached
+    with pytest.raises(AssertionError, match="must not be trained"):
+        warm_start_path(dataclasses.replace(cfg, seed=5), cache_dir=tmp_path)  # another recipe: would train
+
+
+def test_the_warm_start_recipe_is_a_valid_sft_config():
+    ArithWarmStartConfig().validate()
+    from playground.sft_arith import SFTArithConfig
+
+    assert {k: v for k, v in SFTArithConfig().to_dict().items() if k not in ("exp_name", "output_dir")} == {
+        k: v for k, v in ArithWarmStartConfig().to_dict().items() if k not in ("exp_name", "output_dir")
+    }, "the playground recipe trains exactly the warm start"
+
+
+def test_offline_names_resolve_and_unknown_names_are_refused(tiny_model_dir):
+    assert offline_model_path("tiny") == tiny_model_dir
+    with pytest.raises(KeyError, match="unknown offline model 'tiny2'; available: tiny, tiny-demo"):
+        offline_model_path("tiny2")
