@@ -19,10 +19,16 @@ PLOT_KEYS: tuple[str, ...] = (
     "reward/mean",
     "reward/accuracy",
     "response/length_mean",
-    "policy/kl",
+    "policy/kl",  # KL to the reference model (with a kl_mode) ...
+    "policy/approx_kl",  # ... else the KL between the rollout policy and the updated one (plotted if no policy/kl)
     "policy/entropy",
     "time/step",
+    "sft/loss",  # SFT runs
+    "sft/lr",
+    "sft/grad_norm",
 )
+# Eval series not worth a panel: counts, and pass@1 (equal to avg@1 by definition).
+_SKIPPED_EVAL_SUFFIXES = ("/num_prompts", "/pass@1")
 NCOLS = 3
 
 
@@ -56,7 +62,10 @@ def plot_run(metrics_jsonl: str | Path, out_png: str | Path, out_html: str | Pat
     metrics_jsonl, out_png = Path(metrics_jsonl), Path(out_png)
     by_step = metrics_by_step(read_metrics(metrics_jsonl))
     all_keys = sorted({k for row in by_step.values() for k in row})
-    wanted = [k for k in PLOT_KEYS if k in all_keys] + [k for k in all_keys if k.startswith("eval/")]
+    wanted = [k for k in PLOT_KEYS if k in all_keys]
+    if "policy/kl" in wanted and "policy/approx_kl" in wanted:
+        wanted.remove("policy/approx_kl")
+    wanted += [k for k in all_keys if k.startswith("eval/") and not k.endswith(_SKIPPED_EVAL_SUFFIXES)]
     series = {k: _series(by_step, k) for k in wanted}
     plotted = [k for k in wanted if series[k][0]]
 

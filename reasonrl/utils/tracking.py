@@ -110,6 +110,11 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("eval/<dataset>/avg@k", "mean accuracy over k samples per prompt, averaged over the dataset's prompts"),
     Scalar("eval/<dataset>/pass@k", "unbiased pass@k: chance that one of k samples is correct, averaged over prompts"),
     Scalar("eval/<dataset>/num_prompts", "number of prompts evaluated"),
+    # SFT runs (reasonrl.sft)
+    Scalar("sft/loss", "token-mean NLL of the response tokens of the step's global batch"),
+    Scalar("sft/lr", "learning rate the step used"),
+    Scalar("sft/grad_norm", "global gradient 2-norm before clipping"),
+    Scalar("eval/<dataset>/loss", "SFT: token-mean response NLL on the held-out pairs"),
 )
 
 # compact per-step loguru line: (metric, label)
@@ -120,6 +125,8 @@ HEADLINE: tuple[tuple[str, str], ...] = (
     ("response/clip_frac", "trunc"),
     ("policy/kl", "kl"),
     ("policy/entropy", "ent"),
+    ("sft/loss", "loss"),
+    ("sft/lr", "lr"),
     ("time/step", "step_s"),
 )
 

@@ -65,3 +65,20 @@ def test_command_line(tmp_path, capsys):
     main([str(metrics), str(tmp_path / "c.png"), "--html", str(tmp_path / "c.html")])
     assert (tmp_path / "c.png").exists() and (tmp_path / "c.html").exists()
     assert "wrote" in capsys.readouterr().out
+
+
+def test_kl_panel_falls_back_to_approx_kl_and_skips_redundant_eval_series(tmp_path):
+    """Without a reference model (no policy/kl) the KL panel shows policy/approx_kl; num_prompts / pass@1 are
+    not plotted (pass@1 equals avg@1); SFT runs get their loss / lr / grad-norm panels."""
+    metrics = tmp_path / "metrics.jsonl"
+    rows = [
+        {"step": s, "reward/mean": 0.1 * s, "policy/approx_kl": 0.01 * s, "policy/entropy": 1.0 - 0.1 * s}
+        | {"eval/h/avg@1": 0.5, "eval/h/pass@1": 0.5, "eval/h/num_prompts": 200, "sft/loss": 2.0 - 0.1 * s}
+        for s in range(5)
+    ]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plotted = plot_run(metrics, tmp_path / "a.png")
+    assert plotted == ["reward/mean", "policy/approx_kl", "policy/entropy", "sft/loss", "eval/h/avg@1"]
+    rows[0]["policy/kl"] = 0.0
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert "policy/approx_kl" not in plot_run(metrics, tmp_path / "b.png")
