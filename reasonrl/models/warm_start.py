@@ -37,6 +37,10 @@ _NOT_IN_KEY = (
     "progress_bar",
     "ray_address",
     "torch_threads",
+    "ckpt_dir",
+    "save_interval",
+    "keep_last_ckpts",
+    "resume",
 )
 
 
@@ -81,6 +85,6 @@ def warm_start_path(cfg: SFTConfig | None = None, cache_dir: Path | None = None,
         from reasonrl.sft import train_sft
 
         logger.info(f"building the SFT warm start {path} once (cached for later runs)")
-        overrides = {"output_dir": str(path), "overwrite": True, "progress_bar": False}
+        overrides = {"output_dir": str(path), "overwrite": True, "progress_bar": False, "resume": "none"}
         train_sft(dataclasses.replace(cfg, **overrides, **({"log_dir": log_dir} if log_dir else {})))
     return path

@@ -51,10 +51,12 @@ class SFTConfig:
     max_steps: int | None = None  # stop after this many optimizer steps (cycling the data if needed)
     train_batch_size: int = 64  # pairs per optimizer step, over all ranks
     max_tokens_per_micro_batch: int = 8192
+    packing: bool = False  # padding-free micro-batches where the attention backend supports it (flash_attention_2)
     # resources
     num_nodes: int = 1
     devices_per_node: int = 1  # data-parallel ranks = num_nodes x devices_per_node
     zero_stage: int = 3
+    offload_optimizer: bool = False  # optimizer states in host memory (ZeRO-1..3)
     bf16: bool = False
     gradient_checkpointing: bool = False
     attn_implementation: str = "sdpa"
@@ -62,6 +64,11 @@ class SFTConfig:
     ray_address: str | None = None
     cpus_per_bundle: float = 1.0
     torch_threads: int | None = None  # CPU threads of each worker's torch; None = Ray's default (its num_cpus)
+    # checkpoints (DeepSpeed states of every rank under <ckpt_dir>/<exp_name>/step_<n>/, as RL runs)
+    ckpt_dir: str = "ckpt"
+    save_interval: int = 0  # save every N steps (0 = never: only the final HF export in output_dir)
+    keep_last_ckpts: int = 2
+    resume: str = "auto"  # auto (newest complete checkpoint, if any) / none / a step_<n> folder
     # logging
     log_interval: int = 10
     eval_interval: int = 100  # 0 = only before and after training
@@ -123,7 +130,9 @@ class SFTConfig:
                 problems.append(f"{name}={getattr(self, name)!r} must be >= 1")
         if self.max_steps is not None and self.max_steps < 1:
             problems.append(f"max_steps={self.max_steps!r} must be >= 1 (or None: num_epochs over the data)")
-        for name in ("warmup_steps", "eval_interval", "eval_max_rows", "weight_decay", "grad_clip"):
+        if self.keep_last_ckpts < 1:
+            problems.append(f"keep_last_ckpts={self.keep_last_ckpts!r} must be >= 1")
+        for name in ("warmup_steps", "eval_interval", "eval_max_rows", "weight_decay", "grad_clip", "save_interval"):
             if getattr(self, name) < 0:
                 problems.append(f"{name}={getattr(self, name)!r} must be >= 0")
         if not self.lr > 0:

@@ -11,6 +11,9 @@ load, plus ``reasonrl_sft.json`` (config and result). The folder appears complet
 
 Logs (``log_dir/exp_name/``, the RL tracker's layout): ``sft/loss``, ``sft/lr``, ``sft/grad_norm``,
 ``eval/heldout/loss`` (token-mean NLL on the held-out pairs), ``time/step``; ``summary.png`` / ``summary.html``.
+Checkpoints (``save_interval``): every rank's DeepSpeed states under ``<ckpt_dir>/<exp_name>/step_<n>/``, written
+atomically like RL checkpoints; ``resume=auto`` continues from the newest one. The batch order is a function of
+the seed and the step, so a resumed run repeats the uninterrupted run's losses exactly (tested).
 Command line: ``python -m reasonrl.sft [field=value ...]`` or a recipe, ``python -m playground.sft_arith``.
 """
 
@@ -34,10 +37,11 @@ EVAL_KEY = "eval/heldout/loss"
 @dataclasses.dataclass
 class SFTResult:
     output_dir: Path
-    steps: int
-    train_loss_first: float
+    steps: int  # the global step reached (= total steps)
+    resumed_from_step: int  # 0 unless this session continued a checkpoint
+    train_loss_first: float  # first step of this session
     train_loss_last: float  # mean of the last min(10, steps) steps
-    eval_loss_before: float
+    eval_loss_before: float  # where this session started
     eval_loss_after: float
     train_seconds: float  # optimisation and evaluation (no start-up, no export)
     total_seconds: float
@@ -46,13 +50,50 @@ class SFTResult:
 
 
 class SFTTrainer:
-    """Drives the :class:`SFTWorker` group: batches, evaluation, logging, export. Use :func:`train_sft`."""
+    """Drives the :class:`SFTWorker` group: batches, evaluation, logging, checkpoints, export. Use
+    :func:`train_sft`."""
 
-    def __init__(self, cfg: SFTConfig, group, tokenizer, train: list[Sample], evals: list[Sample], tracker):
-        self.cfg, self.group, self.tokenizer, self.tracker = cfg, group, tokenizer, tracker
+    def __init__(self, cfg: SFTConfig, group, tokenizer, train: list[Sample], evals: list[Sample], tracker, ckpts):
+        self.cfg, self.group, self.tokenizer, self.tracker, self.checkpoints = cfg, group, tokenizer, tracker, ckpts
         self.train, self.evals = train, evals
         self.total_steps = total_steps(cfg, len(train))
         self.order = batch_order(len(train), cfg.train_batch_size, self.total_steps, cfg.seed)
+
+    def state(self, step: int) -> dict:
+        """What a checkpoint records besides the DeepSpeed states; the batch order is a function of the seed."""
+        return {"global_step": step, "total_steps": self.total_steps, "num_train_pairs": len(self.train)}
+
+    def save_checkpoint(self, step: int) -> Path:
+        """Every rank's DeepSpeed states (params, optimizer, LR schedule) + the trainer state, committed atomically."""
+        from reasonrl.utils.checkpoint import save_trainer_state
+
+        staging = self.checkpoints.begin(step)
+        try:
+            self.group.call("save_checkpoint", str(staging / "model"), "ds")
+            save_trainer_state(staging, self.state(step))
+            (staging / "sft_config.json").write_text(json.dumps(self.cfg.to_dict(), indent=1, default=str))
+        except BaseException:
+            self.checkpoints.abort(staging)
+            raise
+        path = self.checkpoints.commit(step, staging, {"exp_name": self.cfg.exp_name})  # also prunes old ones
+        logger.info(f"SFT checkpoint saved: {path}")
+        return path
+
+    def load_checkpoint(self, path: Path) -> int:
+        """Restore a checkpoint of THIS run (same data and schedule); returns its step."""
+        from reasonrl.utils.checkpoint import load_trainer_state
+
+        state = load_trainer_state(path)
+        want = self.state(int(state["global_step"]))
+        if state != want:
+            raise ValueError(
+                f"cannot resume from {path}: it was written for {state['num_train_pairs']} training pairs and "
+                f"{state['total_steps']} steps, this run has {want['num_train_pairs']} and {want['total_steps']}; "
+                "use resume=none or the same data and max_steps/num_epochs"
+            )
+        self.group.call("load_checkpoint", str(path / "model"), "ds")
+        logger.info(f"SFT resumed from {path} at step {state['global_step']}")
+        return int(state["global_step"])
 
     def _shards(self, samples: Sequence[Sample]) -> list[list[Sample]]:
         world = self.group.world_size
@@ -65,14 +106,16 @@ class SFTTrainer:
         parts = self.group.call_sharded("eval_nll", self._shards(self.evals))
         return sum(p[0] for p in parts) / max(sum(p[1] for p in parts), 1)
 
-    def fit(self) -> tuple[list[float], float, float, float]:
-        """Train ``total_steps`` steps. Returns (train losses, eval loss before, eval loss after, seconds)."""
+    def fit(self, start_step: int = 0) -> tuple[list[float], float, float, float]:
+        """Train steps ``start_step + 1 .. total_steps`` (0: from the beginning; else after a resumed checkpoint).
+        Returns (train losses of this session, eval loss before them, eval loss after, seconds)."""
         cfg = self.cfg
         before = self.evaluate()
-        self.tracker.log_metrics(0, {EVAL_KEY: before})
+        if start_step == 0:
+            self.tracker.log_metrics(0, {EVAL_KEY: before})
         losses: list[float] = []
         start = time.perf_counter()
-        for step, idx in enumerate(self.order, start=1):
+        for step, idx in enumerate(self.order[start_step:], start=start_step + 1):
             step_start = time.perf_counter()
             batch = [self.train[i] for i in idx]
             global_tokens = sum(len(r) for _, r in batch)
@@ -86,6 +129,8 @@ class SFTTrainer:
             if step % cfg.log_interval == 0 or EVAL_KEY in m:
                 self.tracker.log_metrics(step, m)
             self.tracker.advance(step, {"loss": losses[-1]})
+            if cfg.save_interval and step % cfg.save_interval == 0 and step != self.total_steps:
+                self.save_checkpoint(step)
         after = self.evaluate()
         seconds = time.perf_counter() - start
         self.tracker.log_metrics(self.total_steps, {EVAL_KEY: after})
@@ -138,12 +183,15 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     from reasonrl.distributed.ray_cluster import init_ray
     from reasonrl.distributed.worker_group import WorkerGroup
     from reasonrl.sft.worker import SFTWorker
+    from reasonrl.utils.checkpoint import CheckpointManager, load_trainer_state
     from reasonrl.utils.paths import staging_directory
     from reasonrl.utils.tracking import Tracker
 
     total_start = time.perf_counter()
     cfg.validate()
     out_dir = Path(cfg.output_dir).expanduser()
+    checkpoints = CheckpointManager(Path(cfg.ckpt_dir) / cfg.exp_name, keep_last=cfg.keep_last_ckpts)
+    resume_from = checkpoints.resolve_resume(cfg.resume)  # a bad resume path fails here, before Ray
     model_path = BasePPOExpConfig.resolve_model_path(cfg.pretrain)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     template = get_template(cfg.prompt_template, tokenizer=tokenizer)
@@ -173,18 +221,31 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
             grad_clip=cfg.grad_clip,
             gradient_checkpointing=cfg.gradient_checkpointing,
             attn_implementation=cfg.attn_implementation,
+            offload_optimizer=cfg.offload_optimizer,
             max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch,
+            packing=cfg.packing,
             pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
             seed=cfg.seed,
         )
         group.call("setup", worker_cfg, cfg.torch_threads)
-        with Tracker(cfg.log_dir, cfg.exp_name, progress_total=steps, progress_bar=cfg.progress_bar) as tracker:
+        start_step = int(load_trainer_state(resume_from)["global_step"]) if resume_from else 0
+        tracker = Tracker(
+            cfg.log_dir,
+            cfg.exp_name,
+            progress_total=steps,
+            progress_bar=cfg.progress_bar,
+            start_step=start_step + 1 if resume_from else 0,  # a resumed run drops rows logged after its checkpoint
+        )
+        with tracker:
             tracker.log_table_at_start(json.dumps(cfg.to_dict(), indent=1, default=str))
-            trainer = SFTTrainer(cfg, group, tokenizer, train, evals, tracker)
-            losses, before, after, seconds = trainer.fit()
+            trainer = SFTTrainer(cfg, group, tokenizer, train, evals, tracker, checkpoints)
+            if resume_from:
+                trainer.load_checkpoint(resume_from)
+            losses, before, after, seconds = trainer.fit(start_step)
             result = SFTResult(
                 output_dir=out_dir,
-                steps=len(losses),
+                steps=trainer.total_steps,
+                resumed_from_step=start_step,
                 train_loss_first=losses[0],
                 train_loss_last=sum(losses[-10:]) / len(losses[-10:]),
                 eval_loss_before=before,

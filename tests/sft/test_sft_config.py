@@ -43,6 +43,8 @@ def test_a_good_config_validates():
         (dict(train_data=["gsm8k_trian"]), r"train_data: 'gsm8k_trian' is neither .*did you mean 'gsm8k_train'"),
         (dict(eval_data=["x.jsonl"]), r"eval_data: 'x.jsonl' is neither"),
         (dict(warmup_steps=-1), r"warmup_steps=-1 must be >= 0"),
+        (dict(save_interval=-2), r"save_interval=-2 must be >= 0"),
+        (dict(keep_last_ckpts=0), r"keep_last_ckpts=0 must be >= 1"),
     ],
 )
 def test_each_bad_field_is_named(fields, pattern):

@@ -81,3 +81,16 @@ def test_loss_counts_response_tokens_only(tiny_model_dir, tiny_tokenizer):
             count += len(response)
     assert tokens == count
     assert nll.item() == pytest.approx(want, rel=1e-5)
+
+
+def test_resume_refuses_a_checkpoint_of_another_schedule(tmp_path):
+    """The trainer state must match this run's data size and step count; checked before any worker is called."""
+    from reasonrl.sft.trainer import SFTTrainer
+    from reasonrl.utils.checkpoint import save_trainer_state
+
+    samples = [([1, 2], [3, 0])] * 40
+    trainer = SFTTrainer(SFTConfig(max_steps=5, train_batch_size=8), None, None, samples, [], None, None)
+    save_trainer_state(tmp_path, {"global_step": 3, "total_steps": 10, "num_train_pairs": 40})
+    with pytest.raises(ValueError, match=r"written for 40 training pairs and 10 steps, this run has 40 and 5"):
+        trainer.load_checkpoint(tmp_path)
+    assert trainer.state(3) == {"global_step": 3, "total_steps": 5, "num_train_pairs": 40}

@@ -50,17 +50,19 @@ def test_sft_two_ranks_zero3_learns_and_exports(ray_cluster, tiny_model_dir, tin
         devices_per_node=2,
         zero_stage=3,
         eval_interval=6,
-        log_interval=3,
+        log_interval=1,
+        save_interval=6,
+        ckpt_dir=str(tmp_path / "ckpt"),
         progress_bar=False,
     )
     result = train_sft(cfg)
-    assert result.steps == 12 and result.output_dir == out
+    assert result.steps == 12 and result.resumed_from_step == 0 and result.output_dir == out
     assert result.eval_loss_after < result.eval_loss_before - 1.0  # a random model starts at ~ln(2048) = 7.6
     assert result.train_loss_last < result.train_loss_first - 1.0
     for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "reasonrl_sft.json"):
         assert (out / name).is_file(), name
     assert json.loads((out / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]  # what vLLM reads
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "sft_model"], "no staging folder left behind"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "logs", "sft_model"], "no staging folder left"
     assert AutoTokenizer.from_pretrained(out).eos_token_id == tiny_tokenizer.eos_token_id
 
     # The exported weights are the trained ones: plain transformers reproduces the final held-out loss.
@@ -72,13 +74,27 @@ def test_sft_two_ranks_zero3_learns_and_exports(ray_cluster, tiny_model_dir, tin
     assert all(r["sft/grad_norm"] > 0 for r in rows if "sft/grad_norm" in r)
     assert (run_dir / "summary.png").is_file() and "sft/loss" in (run_dir / "summary.html").read_text()
 
+    # Resume: a run continued from the step-6 checkpoint repeats steps 7-12 of the uninterrupted run exactly.
+    assert [p.name for p in (tmp_path / "ckpt" / "sft_test").iterdir()] == ["step_6"]
+    resumed_out = tmp_path / "resumed_model"
+    step_6 = tmp_path / "ckpt" / "sft_test" / "step_6"
+    overrides = {"exp_name": "sft_resumed", "output_dir": str(resumed_out), "save_interval": 0, "resume": str(step_6)}
+    resumed = train_sft(SFTConfig(**(cfg.__dict__ | overrides)))
+    assert resumed.resumed_from_step == 6 and resumed.steps == 12
+    losses = {r["step"]: r["sft/loss"] for r in rows if "sft/loss" in r}
+    resumed_rows = [
+        json.loads(x) for x in (tmp_path / "logs" / "sft_resumed" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert {r["step"]: r["sft/loss"] for r in resumed_rows if "sft/loss" in r} == {s: losses[s] for s in range(7, 13)}
+    assert resumed.eval_loss_after == result.eval_loss_after
+    assert (resumed_out / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+
     # An existing output folder: refused without overwrite; with it, replaced only by a complete new export.
     with pytest.raises(ConfigError, match="already exists"):
         train_sft(cfg)
     before = (out / "model.safetensors").read_bytes()
-    again = train_sft(
-        SFTConfig(**{**cfg.__dict__, "overwrite": True, "max_steps": 2, "devices_per_node": 1, "zero_stage": 0})
-    )
+    overrides = {"overwrite": True, "max_steps": 2, "devices_per_node": 1, "zero_stage": 0, "resume": "none"}
+    again = train_sft(SFTConfig(**(cfg.__dict__ | overrides | {"save_interval": 0})))
     assert again.steps == 2 and (out / "model.safetensors").read_bytes() != before
     assert json.loads((out / "reasonrl_sft.json").read_text())["result"]["steps"] == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "sft_model"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "logs", "resumed_model", "sft_model"]
