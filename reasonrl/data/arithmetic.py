@@ -10,9 +10,10 @@ The default task is also a built-in data source: ``train_data=["arith_add2_train
 
 Problems are ``a <op> b`` with operands drawn uniformly from the ``digits``-digit integers (``10 .. 99`` for 2).
 Every problem is a pure function of ``(seed, index)``, and the held-out split is disjoint from the training split
-by construction: a problem whose pair ``(a, b)`` hashes into the held-out bucket (``heldout_frac`` of all pairs)
-never appears in training. The prompt is the bare expression (``prompt_template="plain"``), the target the
-decimal result followed by EOS, so a tokenizer that splits digits (the tiny Qwen2's does) sees one token per digit.
+by construction: a problem whose ordered pair ``(a, b)`` hashes into the held-out bucket (``heldout_frac`` of all
+pairs) never appears in training (its commuted twin ``b+a`` may: the split is by ordered pair). The prompt is
+the bare expression (``prompt_template="plain"``), the target the decimal result followed by EOS, so a tokenizer
+that splits digits (the tiny Qwen2's does) sees one token per digit.
 """
 
 from __future__ import annotations

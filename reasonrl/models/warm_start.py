@@ -17,6 +17,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import shutil
+import time
 from pathlib import Path
 
 from loguru import logger
@@ -24,24 +27,7 @@ from loguru import logger
 from reasonrl.sft.config import SFTConfig
 from reasonrl.utils.paths import cache_root
 
-BUILD_VERSION = 1  # bump when train_sft or the task generator change what the same config produces
-
-# Fields that do not change the trained weights (where things go, how often they are logged).
-_NOT_IN_KEY = (
-    "output_dir",
-    "overwrite",
-    "exp_name",
-    "log_dir",
-    "log_interval",
-    "eval_interval",
-    "progress_bar",
-    "ray_address",
-    "torch_threads",
-    "ckpt_dir",
-    "save_interval",
-    "keep_last_ckpts",
-    "resume",
-)
+BUILD_VERSION = 1  # bump when train_sft changes what the same config produces
 
 
 @dataclasses.dataclass
@@ -70,21 +56,40 @@ class ArithWarmStartConfig(SFTConfig):
 
 
 def warm_start_key(cfg: SFTConfig) -> str:
-    """``sft-<hash>`` of the fields of ``cfg`` that change its trained weights."""
-    fields = {k: v for k, v in cfg.to_dict().items() if k not in _NOT_IN_KEY}
-    blob = json.dumps(fields | {"build": BUILD_VERSION}, sort_keys=True, default=str)
-    return f"sft-{cfg.exp_name}-{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
+    """``sft-<exp_name>-<hash>``: the hash covers the fields of ``cfg`` that change its weights
+    (:meth:`SFTConfig.weights_fingerprint`), this module's and the tiny models' build versions, and the definition
+    of every generated dataset it names, so a changed recipe, base model or task never reuses a stale folder."""
+    from reasonrl.data.arithmetic import GENERATED_DATASETS
+    from reasonrl.models import tiny
+
+    if cfg.rows is not None or cfg.generator is not None:
+        raise ValueError("a cached warm start needs named data (train_data=...), not in-memory rows or a generator")
+    tasks = {name: GENERATED_DATASETS[name][0].key for name in cfg.train_data if name in GENERATED_DATASETS}
+    blob = {"fields": cfg.weights_fingerprint(), "build": BUILD_VERSION, "tiny_build": tiny.BUILD_VERSION}
+    digest = hashlib.sha1(json.dumps(blob | {"tasks": tasks}, sort_keys=True, default=str).encode()).hexdigest()
+    return f"sft-{cfg.exp_name}-{digest[:12]}"
 
 
 def warm_start_path(cfg: SFTConfig | None = None, cache_dir: Path | None = None, log_dir: str | None = None) -> Path:
     """The HF folder of the SFT run ``cfg`` (default :class:`ArithWarmStartConfig`), trained first if missing (its
-    curves go to ``<log_dir>/<exp_name>/``). Concurrent builders are safe: the folder appears complete or not."""
+    curves go to ``<log_dir>/<exp_name>/``). Concurrent builders each train into their own folder; the first to
+    finish is kept and never replaced, so a reader never sees the folder vanish."""
     cfg = cfg or ArithWarmStartConfig()
     path = Path(cache_dir or cache_root() / "models") / warm_start_key(cfg)
-    if not (path / "model.safetensors").exists():
-        from reasonrl.sft import train_sft
+    if (path / "model.safetensors").exists():
+        return path
+    from reasonrl.sft import train_sft
 
-        logger.info(f"building the SFT warm start {path} once (cached for later runs)")
-        overrides = {"output_dir": str(path), "overwrite": True, "progress_bar": False, "resume": "none"}
+    logger.info(f"building the SFT warm start {path} once (cached for later runs)")
+    build = path.with_name(f".{path.name}.build-{os.getpid()}-{time.time_ns()}")
+    overrides = {"output_dir": str(build), "overwrite": False, "progress_bar": False, "resume": "none"}
+    try:
         train_sft(dataclasses.replace(cfg, **overrides, **({"log_dir": log_dir} if log_dir else {})))
+        try:
+            os.rename(build, path)
+        except OSError:
+            if not (path / "model.safetensors").exists():
+                raise  # not a lost race: a real error
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
     return path

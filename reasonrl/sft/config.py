@@ -14,6 +14,26 @@ from typing import Any
 from reasonrl.config.errors import ConfigError, _close
 from reasonrl.config.names import ATTN_IMPLEMENTATIONS, DEVICES, LR_SCHEDULES, PROMPT_TEMPLATES, ZERO_STAGES
 
+# Fields that do not change the trained weights (where things go, how often things are logged or saved).
+NOT_WEIGHT_FIELDS = (
+    "output_dir",
+    "overwrite",
+    "exp_name",
+    "log_dir",
+    "log_interval",
+    "eval_interval",
+    "eval_max_rows",
+    "eval_rows",
+    "eval_data",
+    "progress_bar",
+    "ray_address",
+    "torch_threads",
+    "ckpt_dir",
+    "save_interval",
+    "keep_last_ckpts",
+    "resume",
+)
+
 
 @dataclasses.dataclass
 class SFTConfig:
@@ -24,7 +44,7 @@ class SFTConfig:
     Subclass it for a recipe (``playground/sft_arith.py``) exactly like ``BasePPOExpConfig``."""
 
     pretrain: str = "tiny"  # model folder, or an offline model name (tiny / tiny-demo / smollm2 / arith-sft)
-    output_dir: str = "ckpt/sft"  # the exported HF folder (pretrain=<it> starts RL from it)
+    output_dir: str = "ckpt/sft_hf"  # the exported HF folder (pretrain=<it> starts RL from it)
     overwrite: bool = False  # replace an existing output_dir (else: refuse before training)
     exp_name: str = "sft"
     log_dir: str = "logs"
@@ -38,7 +58,8 @@ class SFTConfig:
     eval_frac: float = 0.02  # held-out share of the training rows when no eval rows/data are given
     eval_max_rows: int = 512
     prompt_template: str = "plain"  # plain / chat / orz / r1_zero / a jinja2 file (as the RL config's)
-    response_field: str = "answer"  # the row field holding the target text (taken verbatim); EOS is appended
+    prompt_field: str = "question"  # the row field the template renders as the question
+    response_field: str = "answer"  # the row field holding the target text (surrounding whitespace stripped); + EOS
     max_prompt_len: int = 256  # prompt tokens kept (left-truncated, like the RL trainer)
     max_response_len: int = 256  # longer targets (with EOS) are dropped and counted
     # optimisation
@@ -118,10 +139,15 @@ class SFTConfig:
             out[f.name] = value
         return out
 
+    def weights_fingerprint(self) -> dict[str, Any]:
+        """The fields that decide the trained weights (model, data, schedule, seed, parallel layout): checked on
+        resume and hashed by the warm-start cache. In-memory data is summarised (see ``to_dict``)."""
+        return {k: v for k, v in self.to_dict().items() if k not in NOT_WEIGHT_FIELDS}
+
     # ------------------------------------------------------------------------------------------ validation
     def validate(self) -> None:
         """Raise :class:`ConfigError` listing every problem (field, value, fix); touches no heavy library."""
-        from reasonrl.config.probes import _model_problems
+        from reasonrl.config.probes import _model_max_positions, _model_problems
 
         problems = []
         ints = ("train_batch_size", "max_tokens_per_micro_batch", "max_prompt_len", "max_response_len", "num_epochs")
@@ -154,15 +180,46 @@ class SFTConfig:
             )
         if self.cpus_per_bundle <= 0:
             problems.append(f"cpus_per_bundle={self.cpus_per_bundle!r} must be > 0")
+        if self.torch_threads is not None and self.torch_threads < 1:
+            problems.append(f"torch_threads={self.torch_threads!r} must be >= 1 (or None)")
+        if self.offload_optimizer and self.zero_stage == 0:
+            problems.append("offload_optimizer=true needs zero_stage 1, 2 or 3 (ZeRO-0 keeps the optimizer on device)")
         problems += _model_problems("pretrain", self.pretrain)
+        context = _model_max_positions(self.pretrain)
+        if context is not None and self.max_prompt_len + self.max_response_len > context:
+            problems.append(
+                f"max_prompt_len + max_response_len = {self.max_prompt_len + self.max_response_len} exceeds the "
+                f"{context}-token context of pretrain={self.pretrain!r}: lower one of them"
+            )
         problems += self._data_problems()
-        if Path(self.output_dir).expanduser().exists() and not self.overwrite:
+        problems += self._output_problems()
+        if problems:
+            raise ConfigError(problems, title="invalid SFT config")
+
+    def _output_problems(self) -> list[str]:
+        out = Path(self.output_dir).expanduser().resolve()
+        problems = []
+        for name, other in (
+            ("the checkpoint folder", Path(self.ckpt_dir) / self.exp_name),
+            ("log_dir", Path(self.log_dir)),
+        ):
+            other = other.expanduser().resolve()
+            if out == other or other in out.parents or out in other.parents:
+                problems.append(
+                    f"output_dir={self.output_dir!r} overlaps {name} {str(other)!r}: the export replaces its folder "
+                    "as a whole, so keep them apart (e.g. output_dir=ckpt/<name>_hf)"
+                )
+        if out.exists() and not self.overwrite:
             problems.append(
                 f"output_dir={self.output_dir!r} already exists: choose another folder or pass overwrite=true "
                 "(the old folder is replaced only after the new export is complete)"
             )
-        if problems:
-            raise ConfigError(problems, title="invalid SFT config")
+        elif out.exists() and not (out / "config.json").is_file() and any(out.iterdir()):
+            problems.append(
+                f"output_dir={self.output_dir!r} is a non-empty folder that is not a model export (no config.json): "
+                "overwrite=true replaces only model folders; choose another output_dir"
+            )
+        return problems
 
     def _data_problems(self) -> list[str]:
         from reasonrl.data.arithmetic import GENERATED_DATASETS

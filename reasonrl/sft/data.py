@@ -6,6 +6,7 @@ import random
 from collections.abc import Sequence
 
 from reasonrl.data.loader import DataFormatError
+from reasonrl.data.templates import TemplateRenderError
 from reasonrl.sft.config import SFTConfig
 from reasonrl.utils.rng import derive_seed
 
@@ -25,7 +26,8 @@ def encode_pairs(
     """``(samples, dropped)``: per row ``(prompt_ids, response_ids + [eos])``, tokenized as the RL trainer tokenizes
     prompts (``template.render(row)``, no special tokens, left-truncated to ``max_prompt_len``). Rows whose response
     would exceed ``max_response_len`` tokens (EOS included) are dropped and counted. A row without a non-empty
-    ``response_field`` is a :class:`DataFormatError` naming the row (``where`` names the data)."""
+    ``response_field``, or whose prompt renders empty, is a :class:`DataFormatError` naming the row (``where``
+    names the data)."""
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError("the tokenizer has no eos_token_id: SFT targets must end with EOS so generation stops")
@@ -37,40 +39,66 @@ def encode_pairs(
                 f"{where}: row {i} (id {row.get('id', '?')!r}) has no non-empty text in response_field="
                 f"{response_field!r} (its fields: {sorted(row)}); set response_field to the field holding the target"
             )
-        prompt = tokenizer(template.render(row), add_special_tokens=False).input_ids[-max_prompt_len:]
-        response = tokenizer(str(target), add_special_tokens=False).input_ids + [eos]
-        if len(response) > max_response_len or not prompt:
+        try:
+            text = template.render(row)
+        except TemplateRenderError as exc:
+            raise DataFormatError(
+                f"{where}: row {i}: {exc}; set prompt_field to the field holding the question"
+            ) from None
+        prompt = tokenizer(text, add_special_tokens=False).input_ids[-max_prompt_len:]
+        if not prompt:
+            raise DataFormatError(
+                f"{where}: row {i} (id {row.get('id', '?')!r}) renders to an empty prompt (fields: {sorted(row)}); "
+                "set prompt_field to the field holding the question"
+            )
+        response = tokenizer(str(target).strip(), add_special_tokens=False).input_ids + [eos]
+        if len(response) > max_response_len:
             dropped += 1
             continue
         samples.append((list(prompt), response))
     return samples, dropped
 
 
-def _load(sources: Sequence[str]) -> list[dict]:
-    """Rows of every source, answers verbatim (``answer_from="none"``: an SFT target is the full text)."""
+def _load(sources: Sequence[str], cfg: SFTConfig) -> list[dict]:
+    """Rows of every source with ``cfg.prompt_field`` / ``cfg.response_field`` as the question / target (the
+    loader maps them; ``answer_from="none"``: an SFT target is the full text, not an extracted final answer)."""
     from reasonrl.data import load_rows
 
-    return [row for source in sources for row in load_rows(source, answer_from="none").rows]
+    fields = {"question": cfg.prompt_field, "answer": cfg.response_field}
+    rows = []
+    for source in sources:
+        for row in load_rows(source, fields=fields, answer_from="none").rows:
+            rows.append(row | {cfg.prompt_field: row["question"], cfg.response_field: row["answer"]})
+    return rows
+
+
+def _with_question(rows: Sequence[dict], cfg: SFTConfig) -> list[dict]:
+    """In-memory rows: the templates render ``question``, so copy ``prompt_field`` there when it is another name."""
+    if cfg.prompt_field == "question":
+        return list(rows)
+    return [row | {"question": row[cfg.prompt_field]} if cfg.prompt_field in row else row for row in rows]
 
 
 def split_rows(cfg: SFTConfig) -> tuple[list[dict], list[dict]]:
-    """``(train_rows, eval_rows)`` from the config's data fields (see :class:`SFTConfig`)."""
+    """``(train_rows, eval_rows)`` from the config's data fields (see :class:`SFTConfig`). Without eval rows or
+    eval data, ``min(eval_frac * N, eval_max_rows)`` rows of a seeded shuffle are held out (no row is wasted)."""
     if cfg.rows is not None:
-        rows = list(cfg.rows)
+        rows = _with_question(cfg.rows, cfg)
     elif cfg.generator is not None:
-        rows = list(cfg.generator())
+        rows = _with_question(list(cfg.generator()), cfg)
     else:
-        rows = _load(cfg.train_data)
+        rows = _load(cfg.train_data, cfg)
     if not rows:
         raise ValueError("SFT has no training rows: set rows, generator or train_data")
     if cfg.eval_rows is not None:
-        eval_rows = list(cfg.eval_rows)
-    elif cfg.eval_data:
-        eval_rows = _load(cfg.eval_data)
-    else:
-        n = int(len(rows) * cfg.eval_frac)
-        rows, eval_rows = (rows[:-n], rows[-n:]) if n else (rows, [])
-    return rows, eval_rows[: cfg.eval_max_rows]
+        return rows, _with_question(cfg.eval_rows, cfg)[: cfg.eval_max_rows]
+    if cfg.eval_data:
+        return rows, _load(cfg.eval_data, cfg)[: cfg.eval_max_rows]
+    n = min(int(len(rows) * cfg.eval_frac), cfg.eval_max_rows)
+    if not n:
+        return rows, []
+    held = set(random.Random(derive_seed(cfg.seed, "sft-eval-split")).sample(range(len(rows)), n))
+    return [r for i, r in enumerate(rows) if i not in held], [r for i, r in enumerate(rows) if i in held]
 
 
 def batch_order(num_samples: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:

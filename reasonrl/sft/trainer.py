@@ -20,6 +20,7 @@ Command line: ``python -m reasonrl.sft [field=value ...]`` or a recipe, ``python
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import sys
 import time
@@ -60,8 +61,8 @@ class SFTTrainer:
         self.order = batch_order(len(train), cfg.train_batch_size, self.total_steps, cfg.seed)
 
     def state(self, step: int) -> dict:
-        """What a checkpoint records besides the DeepSpeed states; the batch order is a function of the seed."""
-        return {"global_step": step, "total_steps": self.total_steps, "num_train_pairs": len(self.train)}
+        """What a checkpoint records besides the DeepSpeed states (see :func:`run_state`)."""
+        return run_state(self.cfg, len(self.train), step)
 
     def save_checkpoint(self, step: int) -> Path:
         """Every rank's DeepSpeed states (params, optimizer, LR schedule) + the trainer state, committed atomically."""
@@ -80,20 +81,13 @@ class SFTTrainer:
         return path
 
     def load_checkpoint(self, path: Path) -> int:
-        """Restore a checkpoint of THIS run (same data and schedule); returns its step."""
+        """Restore a checkpoint of THIS run (checked by :func:`check_resume` before Ray started); returns its step."""
         from reasonrl.utils.checkpoint import load_trainer_state
 
-        state = load_trainer_state(path)
-        want = self.state(int(state["global_step"]))
-        if state != want:
-            raise ValueError(
-                f"cannot resume from {path}: it was written for {state['num_train_pairs']} training pairs and "
-                f"{state['total_steps']} steps, this run has {want['num_train_pairs']} and {want['total_steps']}; "
-                "use resume=none or the same data and max_steps/num_epochs"
-            )
         self.group.call("load_checkpoint", str(path / "model"), "ds")
-        logger.info(f"SFT resumed from {path} at step {state['global_step']}")
-        return int(state["global_step"])
+        step = int(load_trainer_state(path)["global_step"])
+        logger.info(f"SFT resumed from {path} at step {step}")
+        return step
 
     def _shards(self, samples: Sequence[Sample]) -> list[list[Sample]]:
         world = self.group.world_size
@@ -126,7 +120,7 @@ class SFTTrainer:
             m["perf/tokens_per_s_train_policy"] = global_tokens / m["time/step"]
             if cfg.eval_interval and step % cfg.eval_interval == 0 and step != self.total_steps:
                 m[EVAL_KEY] = self.evaluate()
-            if step % cfg.log_interval == 0 or EVAL_KEY in m:
+            if step % cfg.log_interval == 0 or EVAL_KEY in m or step == self.total_steps:
                 self.tracker.log_metrics(step, m)
             self.tracker.advance(step, {"loss": losses[-1]})
             if cfg.save_interval and step % cfg.save_interval == 0 and step != self.total_steps:
@@ -146,6 +140,46 @@ def total_steps(cfg: SFTConfig, num_pairs: int) -> int:
     return cfg.max_steps or cfg.num_epochs * (num_pairs // cfg.train_batch_size)
 
 
+def run_state(cfg: SFTConfig, num_pairs: int, step: int) -> dict:
+    """The trainer state of a checkpoint: the step, plus what makes a resume exact (same weights-relevant config,
+    hence the same batch order; same data size and step count; same world size for the DeepSpeed partitions)."""
+    blob = json.dumps(cfg.weights_fingerprint(), sort_keys=True, default=str)
+    return {
+        "global_step": step,
+        "total_steps": total_steps(cfg, num_pairs),
+        "num_train_pairs": num_pairs,
+        "world_size": cfg.world_size,
+        "config_sha1": hashlib.sha1(blob.encode()).hexdigest(),
+    }
+
+
+def check_resume(cfg: SFTConfig, checkpoints, path: Path, num_pairs: int) -> int:
+    """The step of checkpoint ``path`` if this run can continue it exactly, else :class:`ConfigError` saying what
+    differs. Runs before Ray starts and before any log is touched."""
+    from reasonrl.config import ConfigError
+    from reasonrl.utils.checkpoint import load_trainer_state, step_of
+
+    state = load_trainer_state(path)
+    want = run_state(cfg, num_pairs, int(state["global_step"]))
+    differ = [f"{k}: checkpoint {state.get(k)!r}, this run {v!r}" for k, v in want.items() if state.get(k) != v]
+    if differ:
+        raise ConfigError(
+            [f"cannot resume from {path}: " + "; ".join(differ)]
+            + ["use resume=none (or another exp_name / ckpt_dir) to start afresh, or the config that wrote it"],
+            title="resume refused",
+        )
+    newer = [p.name for p in checkpoints.list_complete() if step_of(p) > step_of(path)]
+    if newer and cfg.save_interval:
+        raise ConfigError(
+            [
+                f"resume={cfg.resume!r} is older than {', '.join(newer)} in {checkpoints.root}: saving those steps "
+                "again would fail mid-run; resume from the newest one, move the newer ones away, or save_interval=0"
+            ],
+            title="resume refused",
+        )
+    return int(state["global_step"])
+
+
 def _resolve_device(cfg: SFTConfig) -> str:
     if cfg.device != "auto":
         return cfg.device
@@ -162,12 +196,14 @@ def _encode(cfg: SFTConfig, tokenizer, template) -> tuple[list[Sample], list[Sam
     )
     train, dropped = encode_pairs(train_rows, tokenizer, template, where="training data", **encode)
     evals, _ = encode_pairs(eval_rows, tokenizer, template, where="held-out data", **encode)
+    from reasonrl.config import ConfigError
+
     if not train:
-        raise ValueError(f"SFT: all {dropped} training pairs exceed max_response_len={cfg.max_response_len}")
+        raise ConfigError(f"all {dropped} training pairs exceed max_response_len={cfg.max_response_len}: raise it")
     if dropped:
         logger.warning(f"SFT: dropped {dropped} pair(s) longer than max_response_len={cfg.max_response_len}")
     if len(train) < cfg.train_batch_size:
-        raise ValueError(f"train_batch_size={cfg.train_batch_size} exceeds the {len(train)} training pairs")
+        raise ConfigError(f"train_batch_size={cfg.train_batch_size} exceeds the {len(train)} training pairs")
     return train, evals, dropped
 
 
@@ -183,7 +219,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     from reasonrl.distributed.ray_cluster import init_ray
     from reasonrl.distributed.worker_group import WorkerGroup
     from reasonrl.sft.worker import SFTWorker
-    from reasonrl.utils.checkpoint import CheckpointManager, load_trainer_state
+    from reasonrl.utils.checkpoint import CheckpointManager
     from reasonrl.utils.paths import staging_directory
     from reasonrl.utils.tracking import Tracker
 
@@ -197,6 +233,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     template = get_template(cfg.prompt_template, tokenizer=tokenizer)
     train, evals, dropped = _encode(cfg, tokenizer, template)
     steps = total_steps(cfg, len(train))
+    start_step = check_resume(cfg, checkpoints, resume_from, len(train)) if resume_from else 0
     logger.info(f"SFT: {len(train)} training pairs, {len(evals)} held-out pairs, {steps} steps, model {model_path}")
 
     started_ray = not ray.is_initialized()
@@ -228,7 +265,6 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
             seed=cfg.seed,
         )
         group.call("setup", worker_cfg, cfg.torch_threads)
-        start_step = int(load_trainer_state(resume_from)["global_step"]) if resume_from else 0
         tracker = Tracker(
             cfg.log_dir,
             cfg.exp_name,
@@ -251,12 +287,18 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
                 eval_loss_before=before,
                 eval_loss_after=after,
                 train_seconds=seconds,
-                total_seconds=0.0,  # set after the export
+                total_seconds=0.0,  # set below
                 num_train_pairs=len(train),
                 dropped_pairs=dropped,
             )
             with staging_directory(out_dir) as tmp:
                 trainer.export(tmp)
+                if not (tmp / "config.json").is_file() or not list(tmp.glob("*.safetensors")):
+                    raise RuntimeError(
+                        f"the export in {tmp} has no config.json / safetensors: rank 0 wrote it on another node; put "
+                        "output_dir on a filesystem every node sees (the previous output_dir, if any, is untouched)"
+                    )
+                result.total_seconds = time.perf_counter() - total_start  # up to the export
                 info = {"config": cfg.to_dict(), "result": dataclasses.asdict(result) | {"output_dir": str(out_dir)}}
                 (tmp / "reasonrl_sft.json").write_text(json.dumps(info, indent=1, default=str))
     finally:

@@ -63,11 +63,11 @@ def plot_run(metrics_jsonl: str | Path, out_png: str | Path, out_html: str | Pat
     by_step = metrics_by_step(read_metrics(metrics_jsonl))
     all_keys = sorted({k for row in by_step.values() for k in row})
     wanted = [k for k in PLOT_KEYS if k in all_keys]
-    if "policy/kl" in wanted and "policy/approx_kl" in wanted:
-        wanted.remove("policy/approx_kl")
     wanted += [k for k in all_keys if k.startswith("eval/") and not k.endswith(_SKIPPED_EVAL_SUFFIXES)]
     series = {k: _series(by_step, k) for k in wanted}
     plotted = [k for k in wanted if series[k][0]]
+    if "policy/kl" in plotted and "policy/approx_kl" in plotted:  # one KL panel: to the reference when there is one
+        plotted.remove("policy/approx_kl")
 
     nrows = max(1, math.ceil(len(plotted) / NCOLS))
     fig = Figure(figsize=(4.2 * NCOLS, 3.0 * nrows), dpi=100, layout="constrained")

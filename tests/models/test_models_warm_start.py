@@ -27,6 +27,16 @@ def test_key_depends_on_what_changes_the_weights_only():
         assert warm_start_key(dataclasses.replace(base, **real)) != key, real
 
 
+def test_key_follows_the_base_model_build_and_refuses_in_memory_data(monkeypatch):
+    from reasonrl.models import tiny
+
+    key = warm_start_key(ArithWarmStartConfig())
+    monkeypatch.setattr(tiny, "BUILD_VERSION", tiny.BUILD_VERSION + 1)
+    assert warm_start_key(ArithWarmStartConfig()) != key, "a rebuilt base model must not reuse the old warm start"
+    with pytest.raises(ValueError, match="needs named data"):
+        warm_start_key(ArithWarmStartConfig(rows=[{"question": "1+1=", "answer": "2"}]))
+
+
 def test_a_cached_folder_is_reused_without_training(tmp_path, monkeypatch):
     import reasonrl.sft
 
@@ -44,13 +54,13 @@ def test_a_cached_folder_is_reused_without_training(tmp_path, monkeypatch):
         warm_start_path(dataclasses.replace(cfg, seed=5), cache_dir=tmp_path)  # another recipe: would train
 
 
-def test_the_warm_start_recipe_is_a_valid_sft_config():
-    ArithWarmStartConfig().validate()
+def test_the_warm_start_recipe_is_a_valid_sft_config(tmp_path):
+    ArithWarmStartConfig(output_dir=str(tmp_path / "out"), log_dir=str(tmp_path / "logs")).validate()
     from playground.sft_arith import SFTArithConfig
 
-    assert {k: v for k, v in SFTArithConfig().to_dict().items() if k not in ("exp_name", "output_dir")} == {
-        k: v for k, v in ArithWarmStartConfig().to_dict().items() if k not in ("exp_name", "output_dir")
-    }, "the playground recipe trains exactly the warm start"
+    assert SFTArithConfig().weights_fingerprint() == ArithWarmStartConfig().weights_fingerprint(), (
+        "the playground recipe trains exactly the warm start"
+    )
 
 
 def test_offline_names_resolve_and_unknown_names_are_refused(tiny_model_dir):

@@ -25,7 +25,12 @@ def problems(**fields) -> list[str]:
 
 def test_a_good_config_validates():
     assert problems() == []
-    assert problems(pretrain="arith-sft", rows=[{"question": "1+1=", "answer": "2"}], train_data=[]) == []
+    assert (
+        problems(
+            pretrain="arith-sft", rows=[{"question": "1+1=", "answer": "2"}], max_prompt_len=32, max_response_len=16
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize(
@@ -45,6 +50,11 @@ def test_a_good_config_validates():
         (dict(warmup_steps=-1), r"warmup_steps=-1 must be >= 0"),
         (dict(save_interval=-2), r"save_interval=-2 must be >= 0"),
         (dict(keep_last_ckpts=0), r"keep_last_ckpts=0 must be >= 1"),
+        (dict(torch_threads=0), r"torch_threads=0 must be >= 1"),
+        (dict(offload_optimizer=True, zero_stage=0), r"offload_optimizer=true needs zero_stage 1, 2 or 3"),
+        (dict(pretrain="tiny-demo"), r"max_prompt_len \+ max_response_len = 512 exceeds the 256-token context"),
+        (dict(output_dir="ckpt/sft"), r"output_dir='ckpt/sft' overlaps the checkpoint folder"),
+        (dict(output_dir="logs/sft_model"), r"output_dir='logs/sft_model' overlaps log_dir"),
     ],
 )
 def test_each_bad_field_is_named(fields, pattern):
@@ -63,6 +73,10 @@ def test_existing_output_dir_is_refused_unless_overwrite(tmp_path):
         f"output_dir={str(tmp_path)!r} already exists: choose another folder or pass overwrite=true (the old folder "
         "is replaced only after the new export is complete)"
     ]
+    assert problems(output_dir=str(tmp_path), overwrite=True) == []
+    (tmp_path / "notes.txt").write_text("not a model")
+    assert "is a non-empty folder that is not a model export" in problems(output_dir=str(tmp_path), overwrite=True)[0]
+    (tmp_path / "config.json").write_text("{}")
     assert problems(output_dir=str(tmp_path), overwrite=True) == []
 
 

@@ -3,6 +3,8 @@ and the response-only loss of the worker against transformers' masked cross-entr
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -38,6 +40,28 @@ def test_a_row_without_its_target_is_named(tiny_tokenizer, row):
         encode_pairs(rows, tiny_tokenizer, get_template("plain"), where="training data")
 
 
+def test_files_with_other_field_names(tmp_path, tiny_tokenizer):
+    """Common SFT layouts load through prompt_field / response_field; targets keep their full text."""
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text('{"prompt": "Say hi", "response": "hi there"}\n{"prompt": "2+2=", "response": "4"}\n')
+    cfg = SFTConfig(train_data=[str(pairs)], prompt_field="prompt", response_field="response", eval_frac=0.0)
+    train, _ = split_rows(cfg)
+    samples, dropped = encode_pairs(train, tiny_tokenizer, get_template("plain"), response_field="response")
+    assert dropped == 0 and tiny_tokenizer.decode(samples[0][1][:-1]) == "hi there"
+    assert samples[0][0] == tiny_tokenizer("Say hi", add_special_tokens=False).input_ids
+    solutions = tmp_path / "solutions.jsonl"
+    solution = "1+2 = 3, so \\boxed{3}"
+    solutions.write_text(json.dumps({"question": "1+2=", "solution": solution}) + "\n")
+    train, _ = split_rows(SFTConfig(train_data=[str(solutions)], response_field="solution", eval_frac=0.0))
+    assert train[0]["solution"] == solution, "the full solution, not the extracted answer"
+    in_memory, _ = split_rows(SFTConfig(rows=[{"prompt": "Say hi", "response": "hi"}], prompt_field="prompt"))
+    assert in_memory[0]["question"] == "Say hi"
+    with pytest.raises(DataFormatError, match=r"data: row 0: .*no 'question' field; set prompt_field"):
+        encode_pairs([{"prompt": "x", "answer": "1"}], tiny_tokenizer, get_template("plain"), where="data")
+    with pytest.raises(DataFormatError, match=r"row 0 .*renders to an empty prompt.*prompt_field"):
+        encode_pairs([{"question": "", "answer": "1"}], tiny_tokenizer, get_template("plain"))
+
+
 def test_batch_order_is_seeded_full_batches_over_epochs():
     order = batch_order(10, 4, steps=5, seed=3)
     assert order == batch_order(10, 4, steps=5, seed=3) != batch_order(10, 4, steps=5, seed=4)
@@ -50,7 +74,11 @@ def test_batch_order_is_seeded_full_batches_over_epochs():
 def test_split_rows_precedence_and_eval_fraction():
     rows = TASK.rows("train")
     train, evals = split_rows(SFTConfig(rows=rows, eval_frac=0.1))
-    assert len(evals) == 60 and train + evals == rows
+    assert len(evals) == 60 and len(train) == 540 and sorted(map(str, train + evals)) == sorted(map(str, rows))
+    assert evals != rows[-60:], "the held-out rows are a seeded sample, not the file's tail"
+    assert split_rows(SFTConfig(rows=rows, eval_frac=0.1)) == (train, evals)
+    train, evals = split_rows(SFTConfig(rows=rows, eval_frac=0.5, eval_max_rows=20))
+    assert len(evals) == 20 and len(train) == 580, "rows beyond eval_max_rows stay in training"
     train, evals = split_rows(SFTConfig(generator=lambda: rows[:10], eval_rows=rows[:3]))
     assert len(train) == 10 and evals == rows[:3]
     train, evals = split_rows(
@@ -83,14 +111,28 @@ def test_loss_counts_response_tokens_only(tiny_model_dir, tiny_tokenizer):
     assert nll.item() == pytest.approx(want, rel=1e-5)
 
 
-def test_resume_refuses_a_checkpoint_of_another_schedule(tmp_path):
-    """The trainer state must match this run's data size and step count; checked before any worker is called."""
-    from reasonrl.sft.trainer import SFTTrainer
-    from reasonrl.utils.checkpoint import save_trainer_state
+def test_resume_refuses_a_checkpoint_of_another_run(tmp_path):
+    """A checkpoint continues only the run that wrote it (same weights-relevant config, data size, steps, world
+    size); the check names what differs and runs before Ray starts."""
+    from reasonrl.config import ConfigError
+    from reasonrl.sft.trainer import check_resume, run_state
+    from reasonrl.utils.checkpoint import CheckpointManager, save_trainer_state
 
-    samples = [([1, 2], [3, 0])] * 40
-    trainer = SFTTrainer(SFTConfig(max_steps=5, train_batch_size=8), None, None, samples, [], None, None)
-    save_trainer_state(tmp_path, {"global_step": 3, "total_steps": 10, "num_train_pairs": 40})
-    with pytest.raises(ValueError, match=r"written for 40 training pairs and 10 steps, this run has 40 and 5"):
-        trainer.load_checkpoint(tmp_path)
-    assert trainer.state(3) == {"global_step": 3, "total_steps": 5, "num_train_pairs": 40}
+    cfg = SFTConfig(max_steps=5, train_batch_size=8, save_interval=1)
+    manager = CheckpointManager(tmp_path / "ckpt", keep_last=5)
+    for step in (2, 4):
+        with manager.staging(step) as tmp:
+            save_trainer_state(tmp, run_state(cfg, 40, step))
+    step_2, step_4 = manager.path_for(2), manager.path_for(4)
+    assert check_resume(cfg, manager, step_4, 40) == 4
+    with pytest.raises(ConfigError, match=r"num_train_pairs: checkpoint 40, this run 41"):
+        check_resume(cfg, manager, step_4, 41)
+    with pytest.raises(ConfigError, match=r"(?s)config_sha1: .*use resume=none"):
+        check_resume(SFTConfig(max_steps=5, train_batch_size=8, lr=5e-4), manager, step_4, 40)
+    with pytest.raises(ConfigError, match=r"world_size: checkpoint 1, this run 2"):
+        check_resume(SFTConfig(max_steps=5, train_batch_size=8, devices_per_node=2), manager, step_4, 40)
+    with pytest.raises(ConfigError, match=r"older than step_4.*would fail mid-run"):
+        check_resume(cfg, manager, step_2, 40)
+    assert check_resume(SFTConfig(max_steps=5, train_batch_size=8, save_interval=0), manager, step_2, 40) == 2
+    # cosmetic fields do not block a resume
+    assert check_resume(SFTConfig(max_steps=5, train_batch_size=8, save_interval=1, log_dir="x"), manager, step_4, 40)

@@ -44,7 +44,8 @@ def test_sft_two_ranks_zero3_learns_and_exports(ray_cluster, tiny_model_dir, tin
         rows=TASK.rows("train"),
         eval_rows=TASK.rows("heldout"),
         max_steps=12,
-        train_batch_size=16,
+        train_batch_size=15,  # uneven shards over the 2 ranks (8 + 7 pairs)
+        max_tokens_per_micro_batch=40,  # several micro-batches per rank, padded to the same count
         lr=3e-3,
         warmup_steps=2,
         devices_per_node=2,
@@ -82,6 +83,7 @@ def test_sft_two_ranks_zero3_learns_and_exports(ray_cluster, tiny_model_dir, tin
     resumed = train_sft(SFTConfig(**(cfg.__dict__ | overrides)))
     assert resumed.resumed_from_step == 6 and resumed.steps == 12
     losses = {r["step"]: r["sft/loss"] for r in rows if "sft/loss" in r}
+    grad_norm_step_1 = next(r["sft/grad_norm"] for r in rows if r["step"] == 1 and "sft/grad_norm" in r)
     resumed_rows = [
         json.loads(x) for x in (tmp_path / "logs" / "sft_resumed" / "metrics.jsonl").read_text().splitlines()
     ]
@@ -96,5 +98,10 @@ def test_sft_two_ranks_zero3_learns_and_exports(ray_cluster, tiny_model_dir, tin
     overrides = {"overwrite": True, "max_steps": 2, "devices_per_node": 1, "zero_stage": 0, "resume": "none"}
     again = train_sft(SFTConfig(**(cfg.__dict__ | overrides | {"save_interval": 0})))
     assert again.steps == 2 and (out / "model.safetensors").read_bytes() != before
+    # 1 rank ZeRO-0 vs 2 ranks ZeRO-3 with uneven shards: the same first step (loss before the update, and the
+    # gradient norm: DeepSpeed's under ZeRO-3, the adapter's under ZeRO-0), so the loss normalisation is global.
+    first = next(json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if '"step": 1,' in x)
+    assert first["sft/loss"] == pytest.approx(losses[1], rel=1e-5)
+    assert first["sft/grad_norm"] == pytest.approx(grad_norm_step_1, rel=1e-4)
     assert json.loads((out / "reasonrl_sft.json").read_text())["result"]["steps"] == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "logs", "resumed_model", "sft_model"]
