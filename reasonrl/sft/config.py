@@ -222,18 +222,7 @@ class SFTConfig:
         return problems
 
     def _data_problems(self) -> list[str]:
-        from reasonrl.data.arithmetic import GENERATED_DATASETS
-        from reasonrl.data.prepare import BUILTIN_DATASETS
+        from reasonrl.config.validate import data_source_problems
 
-        names = [*BUILTIN_DATASETS, *GENERATED_DATASETS]
-        problems = []
-        if self.rows is None and self.generator is None and not self.train_data:
-            problems.append(f"no training data: set train_data (a built-in dataset: {', '.join(names)}, or a file)")
-        for field in ("train_data", "eval_data"):
-            for source in getattr(self, field):
-                if source not in names and not Path(source).expanduser().exists():
-                    problems.append(
-                        f"{field}: {source!r} is neither a built-in dataset ({', '.join(names)}) nor an existing "
-                        f"file or folder{_close(source, names)}"
-                    )
-        return problems
+        in_memory = self.rows is not None or self.generator is not None
+        return data_source_problems(self, required=not in_memory)

@@ -220,7 +220,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     from reasonrl.distributed.worker_group import WorkerGroup
     from reasonrl.sft.worker import SFTWorker
     from reasonrl.utils.checkpoint import CheckpointManager
-    from reasonrl.utils.paths import staging_directory
+    from reasonrl.utils.paths import atomic_directory
     from reasonrl.utils.tracking import Tracker
 
     total_start = time.perf_counter()
@@ -291,7 +291,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
                 num_train_pairs=len(train),
                 dropped_pairs=dropped,
             )
-            with staging_directory(out_dir) as tmp:
+            with atomic_directory(out_dir, replace=True) as tmp:  # overwrite=true: the old folder goes last
                 trainer.export(tmp)
                 if not (tmp / "config.json").is_file() or not list(tmp.glob("*.safetensors")):
                     raise RuntimeError(

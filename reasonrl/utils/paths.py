@@ -22,11 +22,15 @@ def cache_root() -> Path:
 
 
 @contextlib.contextmanager
-def atomic_directory(final: Path) -> Iterator[Path]:
+def atomic_directory(final: Path, *, replace: bool = False) -> Iterator[Path]:
     """Yield a temporary directory next to ``final``; on success rename it to ``final`` in one step.
 
-    Readers therefore see either no directory or a complete one, never a half-written one. If ``final`` appears
-    meanwhile (another process won the race) the temporary copy is discarded. On error nothing is left behind.
+    Readers therefore see either no directory or a complete one, never a half-written one. On error nothing is
+    left behind and ``final`` is untouched. If ``final`` exists when the new one is ready:
+
+    * ``replace=False`` (a cache: first complete copy wins): the new copy is discarded;
+    * ``replace=True`` (an export the user asked to overwrite): the old folder is renamed aside, the new one
+      renamed in, then the old one removed (restored if the second rename fails).
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -37,32 +41,8 @@ def atomic_directory(final: Path) -> Iterator[Path]:
             if path.is_file():
                 with open(path, "rb") as f:
                     os.fsync(f.fileno())
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not final.exists():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def staging_directory(final: Path) -> Iterator[Path]:
-    """Like :func:`atomic_directory`, but an existing ``final`` is REPLACED: yield a fresh temporary directory
-    next to ``final``; on success swap it in (the old folder is renamed aside first and removed only once the new
-    one is in place); on error the temporary directory is removed and ``final`` is untouched."""
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.new-", dir=final.parent))
-    try:
-        yield tmp
-        for path in tmp.rglob("*"):
-            if path.is_file():
-                with open(path, "rb") as f:
-                    os.fsync(f.fileno())
         aside = None
-        if final.exists():
+        if replace and final.exists():
             aside = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
             os.rmdir(aside)  # a unique free name next to final
             os.rename(final, aside)

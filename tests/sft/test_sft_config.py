@@ -44,7 +44,7 @@ def test_a_good_config_validates():
         (dict(zero_stage=4), r"zero_stage=4 is not one of"),
         (dict(prompt_template="nope"), r"prompt_template='nope' is neither"),
         (dict(pretrain="models/missing"), r"pretrain='models/missing' does not exist"),
-        (dict(train_data=[]), r"no training data: set train_data"),
+        (dict(train_data=[]), r"train_data is empty: give at least one built-in dataset"),
         (dict(train_data=["gsm8k_trian"]), r"train_data: 'gsm8k_trian' is neither .*did you mean 'gsm8k_train'"),
         (dict(eval_data=["x.jsonl"]), r"eval_data: 'x.jsonl' is neither"),
         (dict(warmup_steps=-1), r"warmup_steps=-1 must be >= 0"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reasonrl.utils.paths import atomic_directory, staging_directory
+from reasonrl.utils.paths import atomic_directory
 
 
 def test_atomic_directory_appears_complete_or_not_at_all(tmp_path):
@@ -17,21 +17,24 @@ def test_atomic_directory_appears_complete_or_not_at_all(tmp_path):
     with atomic_directory(final) as tmp:
         (tmp / "a").write_text("done")
     assert (final / "a").read_text() == "done" and list(tmp_path.iterdir()) == [final]
+    with atomic_directory(final) as tmp:
+        (tmp / "a").write_text("second copy")
+    assert (final / "a").read_text() == "done", "without replace, the first complete copy wins"
 
 
-def test_staging_directory_replaces_only_after_success(tmp_path):
+def test_replace_swaps_in_the_new_folder_only_after_success(tmp_path):
     final = tmp_path / "out"
     final.mkdir()
     (final / "weights").write_text("old")
     with pytest.raises(RuntimeError):
-        with staging_directory(final) as tmp:
+        with atomic_directory(final, replace=True) as tmp:
             (tmp / "weights").write_text("half")
             raise RuntimeError("crash mid-export")
     assert (final / "weights").read_text() == "old" and list(tmp_path.iterdir()) == [final]
-    with staging_directory(final) as tmp:
+    with atomic_directory(final, replace=True) as tmp:
         (tmp / "weights").write_text("new")
         assert (final / "weights").read_text() == "old", "the old folder stays until the new one is complete"
     assert (final / "weights").read_text() == "new" and list(tmp_path.iterdir()) == [final]
-    with staging_directory(tmp_path / "fresh") as tmp:
+    with atomic_directory(tmp_path / "fresh", replace=True) as tmp:
         (tmp / "x").write_text("1")
     assert (tmp_path / "fresh" / "x").read_text() == "1"
