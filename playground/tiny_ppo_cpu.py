@@ -1,6 +1,13 @@
-"""PPO with a critic on CPU with the tiny random Qwen2 (tests and pipeline checks; it does not learn math).
+"""PPO with a critic on CPU with the tiny random Qwen2: a pipeline check of the whole loop in about a minute.
 
-python -m playground.tiny_ppo_cpu
+    python -m playground.tiny_ppo_cpu
+    python -m playground.tiny_grpo_cpu max_steps=10 actor_lr=5e-5
+
+The random model cannot answer GSM8K, so the math reward would be 0 for every sample (no learning signal, which
+the trainer warns about). The reward is therefore ``reasonrl.rewards.pipeline_check:digit_fraction`` (the
+fraction of digits in the response): samples of a prompt usually differ, so the advantages and gradients are
+non-zero (the trainer warns on the steps where they are all 0).
+For a run that learns a real task on CPU, see ``arith_grpo_cpu`` (``make demo``).
 """
 
 from dataclasses import dataclass
@@ -24,6 +31,7 @@ class TinyPPOCPUConfig(BasePPOExpConfig):
     train_data: list[str] = ("gsm8k_train",)
     eval_data: list[str] = ("gsm8k_test",)
     prompt_template: str = "chat"
+    reward_fn: str | None = "reasonrl.rewards.pipeline_check:digit_fraction"
     stop: list[str] = ()
     max_prompt_len: int = 256
     rollout_batch_size: int = 4

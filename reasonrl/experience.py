@@ -64,17 +64,6 @@ class Experience:
         return int(mask.sum()), int(mask.any(dim=-1).sum())
 
 
-def outcome_token_rewards(rewards: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
-    """Place each sample's scalar reward on its last response token. rewards [batch] -> [batch, T]."""
-    mask = action_mask.bool()
-    out = torch.zeros(mask.shape, dtype=torch.float32)
-    lengths = mask.sum(-1)  # [batch]
-    has = lengths > 0
-    rows = torch.arange(mask.shape[0])[has]
-    out[rows, lengths[has] - 1] = rewards.float()[has]
-    return out
-
-
 def padded_from_rows(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:
     """List of per-sample lists -> right-padded [batch, width] float tensor."""
     out = torch.zeros(len(rows), width, dtype=torch.float32)

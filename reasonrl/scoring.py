@@ -33,6 +33,10 @@ class MathScorer:
             config=self.reward_config,
         )
 
+    def wait_ready(self) -> None:
+        """Block until the verification workers are up (``BasePPOExp`` calls it before Ray starts)."""
+        self.verifier.wait_ready()
+
     def close(self) -> None:
         self.verifier.close()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from reasonrl.experience import Experience, outcome_token_rewards, padded_from_rows
+from reasonrl.experience import Experience, padded_from_rows
 
 
 def make() -> Experience:
@@ -32,9 +32,3 @@ def test_shard_covers_every_sample_once():
     assert [len(s) for s in shards] == [2, 1]
     assert [s for shard in shards for s in shard.samples] == exp.samples
     assert exp.num_tokens_and_seqs() == (6, 3)
-
-
-def test_outcome_reward_sits_on_the_last_real_token():
-    mask = torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0]], dtype=torch.bool)
-    out = outcome_token_rewards(torch.tensor([1.0, -2.0, 5.0]), mask)
-    assert out.tolist() == [[0.0, 0.0, 1.0], [-2.0, 0.0, 0.0], [0.0, 0.0, 0.0]]  # empty response: no reward slot

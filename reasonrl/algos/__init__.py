@@ -16,6 +16,7 @@ token), ``group_ids`` LongTensor [batch]. See docs/algorithms.md for the formula
 
 from reasonrl.algos.advantages import (
     ADVANTAGE_ESTIMATORS,
+    BASELINE_ESTIMATORS,
     WHITENED_BY_DEFINITION,
     compute_advantages,
     dr_grpo_advantages,
@@ -52,6 +53,7 @@ from reasonrl.algos.policy_losses import (
 from reasonrl.algos.utils import (
     group_stats,
     masked_mean,
+    masked_scale,
     masked_sum,
     masked_var,
     masked_whiten,
@@ -61,6 +63,7 @@ from reasonrl.algos.utils import (
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AGG_MODES",
+    "BASELINE_ESTIMATORS",
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
     "WHITENED_BY_DEFINITION",
@@ -88,6 +91,7 @@ __all__ = [
     "kl_penalty",
     "kl_shaped_token_rewards",
     "masked_mean",
+    "masked_scale",
     "masked_sum",
     "masked_var",
     "masked_whiten",

@@ -28,10 +28,16 @@ undiscounted, so valid tokens get the same result as if the masked tokens were r
 Singleton groups (a prompt with one sample): grpo, dr_grpo, rloo and reinforce_plus_plus_baseline give
 advantage 0 before any whitening: with one sample there is no baseline to compare against.
 
-Whitening: ``reinforce_plus_plus`` and ``reinforce_plus_plus_baseline`` whiten by definition.
-``compute_advantages(..., whiten=True)`` additionally whitens the others over the whole batch (ORZ's default
-``advantage_normalize=True``; verl always whitens GAE). Whitening uses the unbiased variance and
-``(A - mean) * rsqrt(var + 1e-8)`` over all valid tokens; call it on the full rollout batch.
+Batch normalisation (``compute_advantages(..., whiten=True)``, call it on the full rollout batch), one rule:
+
+* ``gae`` is WHITENED: ``(A - mean) * rsqrt(var + 1e-8)`` over all valid tokens (ORZ's ``advantage_normalize``,
+  verl's GAE). The critic is the baseline; centring the batch is part of ORZ's recipe.
+* the estimators with a per-sample baseline (``BASELINE_ESTIMATORS``: grpo, dr_grpo, rloo,
+  reinforce_plus_plus_baseline, remax) are only SCALED: ``A * rsqrt(var + 1e-8)``. Subtracting the
+  token-weighted batch mean would give a prompt group whose samples all got the same reward (all wrong or all
+  right) a non-zero advantage on every token, i.e. reinforce wrong answers; scaling keeps it exactly 0.
+* ``reinforce_plus_plus`` whitens by definition (no baseline, no groups), ``reinforce_plus_plus_baseline``
+  scales by definition; neither is normalised twice.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from collections.abc import Callable
 
 import torch
 
-from reasonrl.algos.utils import group_stats, masked_sum, masked_whiten, outcome_to_token_rewards
+from reasonrl.algos.utils import group_stats, masked_scale, masked_sum, masked_whiten, outcome_to_token_rewards
 
 # ----------------------------------------------------------------------------------------------------------------
 # input helpers
@@ -282,18 +288,19 @@ def reinforce_plus_plus_baseline_advantages(
     norm_by_std: bool = True,
     baseline_rewards: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """REINFORCE++-baseline (Hu 2025, arXiv:2501.03262): group-mean baseline, then batch whitening.
+    """REINFORCE++-baseline (Hu 2025, arXiv:2501.03262): group-mean baseline, then batch scaling.
 
     A_i = s_i - mean_g(s) (0 for a singleton group; verl uses mean 0 there, i.e. A = s), broadcast to valid
-    tokens, then whitened over all valid tokens of the batch. returns == advantages (as in verl).
-    Needs: token_rewards, group_ids [batch].
+    tokens, then divided by the std over all valid tokens of the batch: A * rsqrt(var + 1e-8). verl also
+    subtracts the token-weighted batch mean, which moves zero-variance groups off 0; reasonrl does not.
+    returns == advantages (as in verl). Needs: token_rewards, group_ids [batch].
     """
     _require("reinforce_plus_plus_baseline", group_ids=group_ids)
     mask = _check_mask(action_mask)
     scores = _sequence_scores(token_rewards, mask)  # [batch]
     mean, _, count = group_stats(scores, group_ids)
     adv = torch.where(count > 1, scores - mean, torch.zeros_like(scores))
-    advantages = masked_whiten(_broadcast(adv, mask), mask)
+    advantages = masked_scale(_broadcast(adv, mask), mask)
     return advantages, advantages.clone()
 
 
@@ -341,8 +348,10 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
     "remax": remax_advantages,
 }
 
-# Estimators whose definition already ends with batch whitening (compute_advantages never whitens them twice).
+# Estimators whose definition already ends with batch normalisation (compute_advantages never applies it twice).
 WHITENED_BY_DEFINITION = frozenset({"reinforce_plus_plus", "reinforce_plus_plus_baseline"})
+# Estimators with a per-sample baseline: ``whiten=True`` only scales them, so a zero advantage stays exactly 0.
+BASELINE_ESTIMATORS = frozenset({"grpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline", "remax"})
 
 
 def get_advantage_estimator(name: str) -> AdvantageEstimator:
@@ -354,12 +363,14 @@ def get_advantage_estimator(name: str) -> AdvantageEstimator:
 
 
 def compute_advantages(name: str, *, whiten: bool = False, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run estimator ``name`` with ``kwargs`` (the common signature above), then optionally whiten.
+    """Run estimator ``name`` with ``kwargs`` (the common signature above), then optionally normalise.
 
-    ``whiten=True`` applies batch-global whitening to the advantages (not the returns, which stay the critic's
-    targets) unless the estimator already whitens by definition. Returns (advantages, returns) [batch, seq].
+    ``whiten=True`` normalises the advantages (not the returns, which stay the critic's targets) over the batch:
+    whitening for ``gae``, scaling only for ``BASELINE_ESTIMATORS`` (a zero advantage stays 0), nothing more for
+    ``WHITENED_BY_DEFINITION``. Returns (advantages, returns) [batch, seq].
     """
     advantages, returns = get_advantage_estimator(name)(**kwargs)
     if whiten and name not in WHITENED_BY_DEFINITION:
-        advantages = masked_whiten(advantages, kwargs["action_mask"].bool())
+        normalise = masked_scale if name in BASELINE_ESTIMATORS else masked_whiten
+        advantages = normalise(advantages, kwargs["action_mask"].bool())
     return advantages, returns

@@ -43,21 +43,27 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(n >= 2, sq / (n - 1).clamp(min=1), torch.zeros_like(sq))
 
 
-def masked_whiten(
-    x: torch.Tensor, mask: torch.Tensor, eps: float = WHITEN_EPS, shift_mean: bool = True
-) -> torch.Tensor:
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = WHITEN_EPS) -> torch.Tensor:
     """Batch-global whitening over all valid tokens of ``x`` [batch, seq].
 
     out = (x - mu) * rsqrt(var + eps) on valid tokens, 0 on masked ones, where mu and var (unbiased) are taken
-    over every valid token of the whole tensor. With ``shift_mean=False`` the mean is added back (scale only).
-    Call it on the FULL rollout batch (before splitting into micro-batches / data-parallel shards).
+    over every valid token of the whole tensor. Call it on the FULL rollout batch (before splitting into
+    micro-batches / data-parallel shards). It moves zeros: use :func:`masked_scale` where 0 must stay 0.
     """
     m = mask.bool()
     mean = masked_sum(x, m) / m.sum().clamp(min=1).to(x.dtype)
-    var = masked_var(x, m)
-    out = (x - mean) * torch.rsqrt(var + eps)
-    if not shift_mean:
-        out = out + mean
+    out = (x - mean) * torch.rsqrt(masked_var(x, m) + eps)
+    return torch.where(m, out, torch.zeros_like(out))
+
+
+def masked_scale(x: torch.Tensor, mask: torch.Tensor, eps: float = WHITEN_EPS) -> torch.Tensor:
+    """Scale-only batch normalisation over all valid tokens of ``x`` [batch, seq]: out = x * rsqrt(var + eps).
+
+    The same unbiased token variance as :func:`masked_whiten`, but no mean is subtracted, so an advantage of
+    exactly 0 (a prompt group whose samples all got the same reward) stays exactly 0 and every sign is kept.
+    """
+    m = mask.bool()
+    out = x * torch.rsqrt(masked_var(x, m) + eps)
     return torch.where(m, out, torch.zeros_like(out))
 
 

@@ -4,9 +4,11 @@ field mapping, prompt templates, and reasoning-gym procedural tasks. Never impor
     from reasonrl.data import load_rows, get_template
 
     rows = load_rows("gsm8k_train")                 # or a .jsonl/.json/.parquet file or an HF dataset folder
+    rows = load_rows("data/hf_snapshot@train")      # one split of a folder that holds several
     prompts = [get_template("orz").render(row) for row in rows]
 """
 
+from reasonrl.data.eval_names import duplicate_sources, eval_set_names
 from reasonrl.data.loader import PRESETS, DataFormatError, LoadResult, load_rows, normalize_record
 from reasonrl.data.prepare import BUILTIN_DATASETS, DataPrepareError, builtin_dataset_path
 from reasonrl.data.prepare import prepare as prepare_datasets  # the module keeps the name `prepare`
@@ -45,6 +47,8 @@ __all__ = [
     "LoadResult",
     "TemplateRenderError",
     "builtin_dataset_path",
+    "duplicate_sources",
+    "eval_set_names",
     "get_template",
     "load_rows",
     "normalize_record",

@@ -4,30 +4,38 @@ the normalised row format ``{"id", "question", "answer", "source", ...extra fiel
     rows = load_rows("data/my_set.jsonl", fields={"question": "problem", "answer": "final_answer"})
     rows = load_rows("gsm8k_train")                       # a built-in dataset (prepared on first use)
     rows = load_rows("orz_math_57k.json", fields="orz")   # ORZ's [{"from": "human", ...}, {...}] dialogues
+    rows = load_rows("data/hf_snapshot@train")            # one split of a folder (reasonrl.data.sources)
 
 Field mapping: ``fields`` maps a normalised name (``question``, ``answer``, ``id``) to a path in the raw record:
 a key, or a dotted path with list indices (``"0.value"``, ``"1.ground_truth.value"``, ``"meta.answer"``).
-Without a mapping the first present key of ``QUESTION_KEYS`` / ``ANSWER_KEYS`` / ``ID_KEYS`` is used.
+Without a mapping, each field is chosen once per source (:func:`choose_fields`): the key of ``QUESTION_KEYS`` /
+``ANSWER_KEYS`` / ``ID_KEYS`` present in the most rows (ties: the earlier key). A row without the chosen field is
+malformed, even if it has another candidate key (a row with a worked ``solution`` but no ``answer`` never takes
+the solution as its gold answer); a row without the chosen id gets a default id.
 
 Gold answers pass through ``answer_from``: ``auto`` (default) reduces a full solution to its final answer (the
 last ``\\boxed{}``, or ``#### n``), ``boxed`` / ``gsm8k`` require that form, ``none`` keeps the field as is.
 
-A malformed row (invalid JSON, missing or empty question/answer, wrong type) raises ``DataFormatError`` naming
-the file and line (jsonl) or row (json list, parquet, HF folder). With ``on_error="skip"`` such rows are
-skipped, counted in ``LoadResult.num_skipped`` and logged.
+A malformed row (invalid JSON or UTF-8, missing or empty question/answer, wrong type) raises ``DataFormatError``
+naming the file and line (jsonl) or row (json list, parquet, HF folder). With ``on_error="skip"`` such rows are
+skipped, counted in ``LoadResult.num_skipped`` and logged. Duplicate rows (the same question and answer, or the
+same id, as an earlier row) are kept (``duplicates="drop"`` drops them), counted in ``LoadResult.num_duplicates``
+and logged with the first example. A source that yields no rows raises ``DataFormatError`` naming it.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loguru import logger
 
+from reasonrl.data.overlap import question_key
+from reasonrl.data.records import iter_file, iter_folder
+from reasonrl.data.sources import DataFormatError, builtin_names, parse_source, resolve_source, split_refused
 from reasonrl.rewards.extract import gsm8k_answer, last_boxed
 
 QUESTION_KEYS = ("question", "problem", "prompt", "query", "input", "instruction")
@@ -44,20 +52,19 @@ PRESETS: dict[str, dict[str, str]] = {
 }
 
 ANSWER_FROM = ("auto", "boxed", "gsm8k", "none")
-_DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
-
-
-class DataFormatError(ValueError):
-    """A data file or one of its rows is malformed; the message names the file and line/row."""
+DUPLICATES = ("keep", "drop")
 
 
 @dataclass
 class LoadResult:
-    """Rows loaded from a source, plus what was skipped (only with ``on_error="skip"``)."""
+    """Rows loaded from a source, plus what was skipped (only with ``on_error="skip"``) and the duplicates found
+    (kept, or dropped with ``duplicates="drop"``)."""
 
     rows: list[dict]
     num_skipped: int = 0
     skipped: list[str] = field(default_factory=list)  # the first few error messages
+    num_duplicates: int = 0
+    duplicates: list[str] = field(default_factory=list)  # the first few "<where> repeats <where>" messages
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -105,16 +112,61 @@ def _answer_value(raw: Any, answer_from: str) -> str:
     return text
 
 
+def choose_fields(records: Sequence[Any], fields: Mapping[str, str] | None) -> tuple[dict[str, str], dict[str, str]]:
+    """The field mapping of a whole source, and a note on each field chosen here.
+
+    ``fields`` as given; each of ``question`` / ``answer`` / ``id`` it does not map becomes the key of
+    ``QUESTION_KEYS`` / ``ANSWER_KEYS`` / ``ID_KEYS`` that is present (not null) in the most records (ties: the
+    earlier key; none present: left unmapped, and every row reports it)."""
+    mapping = dict(fields or {})
+    chosen: dict[str, str] = {}
+    dicts = [r for r in records if isinstance(r, dict)]
+    for name, keys in (("question", QUESTION_KEYS), ("answer", ANSWER_KEYS), ("id", ID_KEYS)):
+        if name in mapping:
+            continue
+        counts = dict.fromkeys(keys, 0)
+        for record in dicts:
+            for key in keys:
+                if record.get(key) is not None:
+                    counts[key] += 1
+        best = max(keys, key=counts.__getitem__)  # the first of equal counts
+        if counts[best]:
+            mapping[name] = best
+            chosen[name] = f"present in {counts[best]} of its {len(dicts)} rows"
+    return mapping, chosen
+
+
+def _missing(record: Any, name: str, key: str, chosen: Mapping[str, str]) -> KeyError:
+    """The error of a row without its ``name`` field ``key``; for a field chosen per source, what the row has."""
+    if name not in chosen:
+        return KeyError(f"missing field {key!r} (mapped to {name!r})")
+    keys = QUESTION_KEYS if name == "question" else ANSWER_KEYS
+    has = [k for k in keys if isinstance(record, dict) and record.get(k) is not None]
+    fix = (
+        f"; this row has {has[0]!r} instead: fix the row, or map the field of the whole source with "
+        f"fields={{'{name}': '{has[0]}'}} (data_fields in a config)"
+        if has
+        else ""
+    )
+    return KeyError(f"no {name} field {key!r} (the {name} field of this source, {chosen[name]}){fix}")
+
+
 def normalize_record(
     record: Any,
     fields: dict[str, str] | None,
     answer_from: str,
     default_id: str,
     source_name: str,
+    chosen: Mapping[str, str] | None = None,
 ) -> dict:
-    """One raw record -> a normalised row; raises ``ValueError``/``KeyError``/``TypeError`` describing the problem."""
+    """One raw record -> a normalised row; raises ``ValueError``/``KeyError``/``TypeError`` describing the problem.
+
+    An unmapped question/answer/id field is looked up in this record alone (``load_rows`` maps every field once per
+    source with :func:`choose_fields` and passes its notes as ``chosen``: a row without an id chosen there gets
+    ``default_id``)."""
     if not isinstance(record, (dict, list)):
         raise TypeError(f"expected a JSON object, got {type(record).__name__}")
+    chosen = chosen or {}
     mapping = dict(fields or {})
     for name, keys in (("question", QUESTION_KEYS), ("answer", ANSWER_KEYS)):
         if name not in mapping:
@@ -127,7 +179,7 @@ def normalize_record(
         try:
             value = get_path(record, mapping[name])
         except KeyError:
-            raise KeyError(f"missing field {mapping[name]!r} (mapped to {name!r})") from None
+            raise _missing(record, name, mapping[name], chosen) from None
         if name == "question":
             if not isinstance(value, str):
                 raise TypeError(f"question ({mapping[name]!r}) must be a string, got {type(value).__name__}")
@@ -138,7 +190,15 @@ def normalize_record(
             raise ValueError(f"{name} ({mapping[name]!r}) is empty")
         row[name] = value
     id_key = mapping.get("id") or next((k for k in ID_KEYS if isinstance(record, dict) and k in record), None)
-    row["id"] = str(get_path(record, id_key)) if id_key else default_id
+    row["id"] = default_id
+    if id_key:
+        try:
+            value = get_path(record, id_key)
+        except KeyError:
+            if "id" not in chosen:
+                raise KeyError(f"missing field {id_key!r} (mapped to 'id')") from None
+            value = None
+        row["id"] = default_id if value is None else str(value)
     row["source"] = str(record.get("source", source_name)) if isinstance(record, dict) else source_name
     if isinstance(record, dict):
         used = {mapping["question"], mapping["answer"], id_key}
@@ -148,110 +208,25 @@ def normalize_record(
     return {"id": row.pop("id"), "question": row.pop("question"), "answer": row.pop("answer"), **row}
 
 
-def _iter_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                yield where, json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield where, DataFormatError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})")
+class _Duplicates:
+    """Finds rows that repeat an earlier row of the source: the same question (:func:`question_key`) and answer,
+    or the same id."""
 
+    def __init__(self) -> None:
+        self.by_text: dict[tuple[str, str], str] = {}
+        self.by_id: dict[str, str] = {}
 
-def _iter_json(path: Path) -> Iterator[tuple[str, Any]]:
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        if exc.msg == "Extra data":  # a jsonl file named .json
-            yield from _iter_jsonl(path)
-            return
-        raise DataFormatError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-    if isinstance(data, dict):
-        lists = [k for k, v in data.items() if isinstance(v, list)]
-        if len(lists) != 1:
-            raise DataFormatError(f"{path}: expected a JSON list of records (or an object holding exactly one list)")
-        data = data[lists[0]]
-    if not isinstance(data, list):
-        raise DataFormatError(f"{path}: expected a JSON list of records, got {type(data).__name__}")
-    for i, record in enumerate(data):
-        yield f"{path}: row {i}", record
-
-
-def _iter_parquet(path: Path) -> Iterator[tuple[str, Any]]:
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:
-        raise DataFormatError(f"{path}: cannot read parquet ({exc})") from exc
-    for i, record in enumerate(table.to_pylist()):
-        yield f"{path}: row {i}", record
-
-
-def _iter_hf_folder(path: Path, split: str | None) -> Iterator[tuple[str, Any]]:
-    import datasets
-
-    try:
-        ds = datasets.load_from_disk(str(path))
-    except Exception as exc:
-        raise DataFormatError(f"{path}: cannot load Hugging Face dataset folder ({exc})") from exc
-    if isinstance(ds, datasets.DatasetDict):
-        if split is None:
-            if len(ds) != 1:
-                raise DataFormatError(f"{path}: dataset has splits {sorted(ds)}; pass split=")
-            split = next(iter(ds))
-        if split not in ds:
-            raise DataFormatError(f"{path}: no split {split!r}; available: {sorted(ds)}")
-        ds = ds[split]
-    for i, record in enumerate(ds):
-        yield f"{path} [{split or 'dataset'}]: row {i}", record
-
-
-def _iter_folder(path: Path, split: str | None) -> Iterator[tuple[str, Any]]:
-    if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists() or (path / "state.json").exists():
-        yield from _iter_hf_folder(path, split)
-        return
-    files = sorted(p for p in path.rglob("*") if p.suffix in _DATA_SUFFIXES and p.is_file())
-    if split is not None:
-        files = [p for p in files if split in p.stem or split in p.parent.name]
-    if not files:
-        raise DataFormatError(
-            f"{path}: no {'/'.join(_DATA_SUFFIXES)} files" + (f" for split {split!r}" if split else "")
-        )
-    for p in files:
-        yield from _iter_file(p)
-
-
-def _iter_file(path: Path) -> Iterator[tuple[str, Any]]:
-    if path.suffix == ".jsonl":
-        return _iter_jsonl(path)
-    if path.suffix == ".json":
-        return _iter_json(path)
-    if path.suffix == ".parquet":
-        return _iter_parquet(path)
-    raise DataFormatError(f"{path}: unsupported file type {path.suffix!r}; use .jsonl, .json, .parquet or a folder")
-
-
-def resolve_source(source: str | os.PathLike) -> Path:
-    """A path as given, or the file of a built-in dataset name (``gsm8k_train``, ``arith_add2_train``, ...),
-    prepared or generated on demand."""
-    from reasonrl.data.arithmetic import GENERATED_DATASETS, generated_dataset_path
-    from reasonrl.data.prepare import BUILTIN_DATASETS, builtin_dataset_path
-
-    if isinstance(source, str) and source in BUILTIN_DATASETS:
-        return builtin_dataset_path(source)
-    if isinstance(source, str) and source in GENERATED_DATASETS:
-        return generated_dataset_path(source)
-    path = Path(source).expanduser()
-    if not path.exists():
-        names = sorted(BUILTIN_DATASETS) + sorted(GENERATED_DATASETS)
-        raise FileNotFoundError(
-            f"data source {str(source)!r} is neither a file/folder nor a built-in dataset ({names})"
-        )
-    return path
+    def earlier(self, row: dict, where: str) -> str | None:
+        """Where the row ``row`` (at ``where``) was seen before, as a message; None for a new row."""
+        text = (question_key(row["question"]), row["answer"])
+        first = self.by_text.get(text)
+        if first is not None:
+            return f"{where} repeats {first} (same question and answer)"
+        first = self.by_id.get(row["id"])
+        if first is not None:
+            return f"{where} repeats {first} (same id {row['id']!r})"
+        self.by_text[text] = self.by_id[row["id"]] = where
+        return None
 
 
 def load_rows(
@@ -263,38 +238,62 @@ def load_rows(
     split: str | None = None,
     source_name: str | None = None,
     limit: int | None = None,
+    duplicates: str = "keep",
     max_logged: int = 5,
 ) -> LoadResult:
     """Load and normalise rows (see the module docstring).
 
     Args:
         source: a built-in dataset name, a .jsonl/.json/.parquet file, or a folder (HF ``save_to_disk`` output,
-            or a folder of data files).
+            or a folder of data files such as a Hugging Face snapshot); a folder may end in ``@<split>``
+            (``data/snapshot@train``, see :mod:`reasonrl.data.sources`).
         fields: ``{"question": path, "answer": path, "id": path}`` or a preset name (``orz``, ``orz_eval``,
-            ``gsm8k``, ``math``).
+            ``gsm8k``, ``math``); unmapped fields are chosen once for the whole source (:func:`choose_fields`).
         answer_from: ``auto`` / ``boxed`` / ``gsm8k`` / ``none`` (how the gold answer is taken from its field).
         on_error: ``raise`` (default) or ``skip`` malformed rows (counted in ``num_skipped``).
-        split: split of a DatasetDict folder, or a substring filtering the files of a plain folder.
-        source_name: value of the ``source`` field (default: the file stem).
+        split: the split of a folder, as ``@<split>`` does (give one or the other, or both the same).
+        source_name: value of the ``source`` field (default: the file stem, or the folder name with ``@<split>``).
         limit: stop after this many good rows.
+        duplicates: ``keep`` (default) or ``drop`` rows that repeat an earlier row (same question and answer, or
+            same id); either way they are counted in ``num_duplicates`` and logged.
+
+    Raises:
+        DataFormatError: a malformed row (``on_error="raise"``), an unreadable file, or a source without rows.
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     if answer_from not in ANSWER_FROM:
         raise ValueError(f"answer_from must be one of {ANSWER_FROM}, got {answer_from!r}")
+    if duplicates not in DUPLICATES:
+        raise ValueError(f"duplicates must be one of {DUPLICATES}, got {duplicates!r}")
     if isinstance(fields, str):
         if fields not in PRESETS:
             raise ValueError(f"unknown field preset {fields!r}; available: {sorted(PRESETS)}")
         fields = PRESETS[fields]
-    path = resolve_source(source)
-    name = source_name or (path.stem if path.is_file() else path.name)
-    records = _iter_folder(path, split) if path.is_dir() else _iter_file(path)
+    text = os.fspath(source)
+    path_text, at_split = parse_source(text)
+    if split is not None and at_split is not None and split != at_split:
+        raise ValueError(f"data source {text!r} names split {at_split!r} but split={split!r} was passed")
+    split = split or at_split
+    if split is not None and path_text in builtin_names():  # refused before a built-in file is prepared
+        raise split_refused(text, path_text, None, split)
+    path = resolve_source(path_text)
+    if path.is_dir():
+        records, split = iter_folder(path, split, text)
+    elif split is not None:
+        raise split_refused(text, path_text, path, split)
+    else:
+        records = iter_file(path)
+    records = list(records)  # read whole: each field is chosen once, from every row of the source
+    mapping, chosen = choose_fields([record for _, record in records], fields)
+    name = source_name or (path.stem if path.is_file() else path.name + (f"@{split}" if split else ""))
     result = LoadResult(rows=[])
-    for where, record in records:
+    seen = _Duplicates()
+    for index, (where, record) in enumerate(records):
         try:
             if isinstance(record, DataFormatError):
                 raise record
-            row = normalize_record(record, fields, answer_from, f"{name}-{len(result.rows) + result.num_skipped}", name)
+            row = normalize_record(record, mapping, answer_from, f"{name}-{index}", name, chosen)
         except (DataFormatError, KeyError, ValueError, TypeError) as exc:
             message = str(exc) if isinstance(exc, DataFormatError) else f"{where}: {exc.args[0] if exc.args else exc}"
             if on_error == "raise":
@@ -304,9 +303,33 @@ def load_rows(
                 result.skipped.append(message)
                 logger.warning(f"skipping malformed row: {message}")
             continue
+        repeat = seen.earlier(row, where)
+        if repeat is not None:
+            result.num_duplicates += 1
+            if len(result.duplicates) < max_logged:
+                result.duplicates.append(repeat)
+            if duplicates == "drop":
+                continue
         result.rows.append(row)
         if limit is not None and len(result.rows) >= limit:
             break
-    if result.num_skipped:
-        logger.warning(f"{path}: skipped {result.num_skipped} malformed row(s), kept {len(result.rows)}")
+    _report(result, text, path, duplicates)
     return result
+
+
+def _report(result: LoadResult, text: str, path: Path, duplicates: str) -> None:
+    """Log what was skipped and repeated; raise when the source gave no rows at all."""
+    what = str(path) if text == str(path) else f"{path} (data source {text!r})"
+    if result.num_skipped:
+        logger.warning(f"{what}: skipped {result.num_skipped} malformed row(s), kept {len(result.rows)}")
+    if result.num_duplicates:
+        done = "dropped" if duplicates == "drop" else "kept (duplicates='drop' drops them)"
+        logger.info(  # a report, not a fault: sampled and ORZ-style sets repeat problems
+            f"{what}: {result.num_duplicates} duplicate row(s) {done}, each the same question and answer, or the same "
+            f"id, as an earlier row" + (f"; e.g. {result.duplicates[0]}" if result.duplicates else "")
+        )
+    if not result.rows:
+        if result.num_skipped:
+            example = f", e.g. {result.skipped[0]}" if result.skipped else ""
+            raise DataFormatError(f"{what}: no usable rows: all {result.num_skipped} rows are malformed{example}")
+        raise DataFormatError(f"{what}: no rows (an empty file or folder); a data source must hold at least one row")

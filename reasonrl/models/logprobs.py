@@ -79,14 +79,15 @@ def _logits_of(output) -> torch.Tensor:
 
 
 def response_logits(
-    model, batch: PaddedBatch | PackedBatch, *, use_logits_to_keep: bool = False
+    model, batch: PaddedBatch | PackedBatch, *, use_logits_to_keep: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward the causal LM and return the logits that predict the response tokens, with those tokens.
 
     ``model`` is any callable ``model(input_ids=, attention_mask=, position_ids=, use_cache=False)`` returning an
     object with ``.logits`` (a transformers causal LM, or a DeepSpeed engine wrapping one). With
-    ``use_logits_to_keep`` transformers' ``logits_to_keep`` is passed too, so the LM head runs only on the
-    positions needed (saves the [prompt, vocab] logits; HF causal LMs accept it).
+    ``use_logits_to_keep`` (the default) transformers' ``logits_to_keep`` is passed too, so the LM head runs only
+    on the positions needed (saves the [prompt, vocab] logits; HF causal LMs accept it); ``False`` is for models
+    whose forward does not take it.
 
     Returns:
         padded: (logits [batch, T, vocab], labels [batch, T]); positions beyond a response are junk (masked later).
@@ -128,7 +129,7 @@ def response_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     *,
-    use_logits_to_keep: bool = False,
+    use_logits_to_keep: bool = True,
     chunk_size: int = 1024,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and optionally entropies) of the response tokens under ``softmax(logits / temperature)``.

@@ -18,6 +18,9 @@ Scheduling (measured in ``benchmarks/bench_rewards.py``):
 
 With the ``forkserver`` method, the modules in ``preload`` are imported once into the fork server, so a
 replacement worker starts in tens of milliseconds instead of re-importing sympy.
+
+Both start methods run the parent's main script again in every worker (see ``main_guard.py``): a worker that finds
+the script unguarded exits at once, and the pool raises ``UnguardedMainError`` naming the script and the fix.
 """
 
 from __future__ import annotations
@@ -37,6 +40,14 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from loguru import logger
+
+from reasonrl.rewards.main_guard import (
+    EXIT_UNGUARDED_MAIN,
+    UnguardedMainError,
+    exit_if_reimporting_main,
+    guard_advice,
+    main_module,
+)
 
 _MAX_PIPELINED_BYTES = 32 * 1024  # only pre-send a chunk this small to a busy worker (fits the socket buffer)
 _MAX_CHUNK_BYTES = 4 * 1024 * 1024
@@ -180,6 +191,7 @@ class TimeoutPool:
         max_tasks_per_worker: int | None = 20_000,
         startup_timeout_s: float = 120.0,
     ):
+        exit_if_reimporting_main("TimeoutPool()")  # a worker re-running an unguarded script: say so, start nothing
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self.num_workers = max(1, int(num_workers or os.cpu_count() or 1))
@@ -251,12 +263,15 @@ class TimeoutPool:
                 for i, w in enumerate(self._workers):
                     if w.ready:
                         continue
+                    dead = False
                     try:
                         while w.conn.poll():
                             if w.conn.recv()[0] == "ready":
                                 w.ready = True
                                 self._startup_failures = 0
                     except (EOFError, OSError):
+                        dead = True  # handled outside the except, so a start-up error is not chained to EOFError
+                    if dead:
                         self._handle_crash(i, [], deque())
 
     # -- work ------------------------------------------------------------------------------------------------
@@ -374,11 +389,8 @@ class TimeoutPool:
             pending.extendleft(reversed(w.inflight))
         self.stats.crashes += 1
         if not w.ready:
+            _raise_for_startup_failure(code, self._startup_failures + 1)
             self._startup_failures += 1
-            if self._startup_failures >= 3:
-                raise RuntimeError(
-                    f"reward workers die during start-up (exit code {code}); is the initializer or preload broken?"
-                )
         logger.warning(f"reward worker pid {w.proc.pid} died (exit code {code}); starting a new one")
         self._replace(i)
         return finished
@@ -400,6 +412,27 @@ class TimeoutPool:
             w.inflight.clear()
             self._replace(i)
         return finished
+
+
+def _raise_for_startup_failure(code: int | None, failures: int) -> None:
+    """A worker died before it was ready: raise at once if it re-ran an unguarded main module, else on the third
+    failure in a row (with the likely causes)."""
+    main = main_module()
+    if code == EXIT_UNGUARDED_MAIN:
+        raise UnguardedMainError(
+            guard_advice(
+                f"reward worker processes cannot start: they re-run the {main or 'main module'}, which starts "
+                "work at import time"
+            )
+        )
+    if failures >= 3:
+        hint = (
+            f', or does the {main} start work at import time with no `if __name__ == "__main__":` guard' if main else ""
+        )
+        raise RuntimeError(
+            f"reward workers die during start-up (exit code {code}); is the initializer or preload broken{hint}? "
+            "Their error is printed above."
+        )
 
 
 _LIVE_POOLS: weakref.WeakSet[TimeoutPool] = weakref.WeakSet()

@@ -77,6 +77,7 @@ class RewardResult:
     format_bonus: float = 0.0
     overlong_penalty: float = 0.0
     elapsed_s: float = 0.0
+    model_score: float = 0.0  # added to ``reward`` by the trainer when a learned reward model scores the response
 
 
 _THINK_CLOSE = "</think>"

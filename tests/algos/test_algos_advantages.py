@@ -9,6 +9,8 @@ from torch.testing import assert_close
 
 from reasonrl.algos import (
     ADVANTAGE_ESTIMATORS,
+    BASELINE_ESTIMATORS,
+    WHITENED_BY_DEFINITION,
     compute_advantages,
     get_advantage_estimator,
     group_stats,
@@ -193,6 +195,13 @@ def _explicit_whiten(xs):
     return [(x - mean) / math.sqrt(var + 1e-8) for x in xs]
 
 
+def _explicit_scale(xs):
+    n = len(xs)
+    mean = sum(xs) / n
+    var = sum((x - mean) ** 2 for x in xs) / (n - 1)
+    return [x / math.sqrt(var + 1e-8) for x in xs]
+
+
 def test_reinforce_plus_plus_hand_computed():
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
     token_rewards = torch.tensor([[0.0, -0.1, 1.0], [0.5, 0.0, 3.0]])  # 3.0 on a pad: ignored
@@ -208,9 +217,10 @@ def test_reinforce_plus_plus_baseline_hand_computed():
     scores = torch.tensor([1.0, 0.0, 3.0, 7.0])
     group_ids = torch.tensor([0, 0, 1, 2])  # group 1 and 2 are singletons -> centred score 0
     adv, ret = _run("reinforce_plus_plus_baseline", token_rewards=scores, action_mask=mask, group_ids=group_ids)
-    # centred: [0.5, -0.5, 0, 0] -> tokens [0.5, 0.5, -0.5, 0, 0, 0] then whitened over the 6 valid tokens
-    w = _explicit_whiten([0.5, 0.5, -0.5, 0.0, 0.0, 0.0])
+    # centred: [0.5, -0.5, 0, 0] -> tokens [0.5, 0.5, -0.5, 0, 0, 0] then scaled (not shifted) over the 6 tokens
+    w = _explicit_scale([0.5, 0.5, -0.5, 0.0, 0.0, 0.0])
     assert_close(adv, torch.tensor([[w[0], w[1]], [w[2], 0.0], [w[3], w[4]], [w[5], 0.0]]))
+    assert adv[2:].abs().max() == 0  # singleton groups stay exactly 0
     assert_close(ret, adv)
 
 
@@ -280,6 +290,40 @@ def test_compute_advantages_whitening():
     again, _ = compute_advantages("reinforce_plus_plus_baseline", whiten=True, **kw)
     assert_close(once, again, rtol=0, atol=0)
     assert not torch.equal(raw, adv)
+
+
+# The issue's example: two groups of 4, the second all wrong, with unequal lengths. Token-mean whitening gave the
+# all-wrong group +0.305 on every token (wrong answers reinforced).
+ZERO_VAR_REWARDS = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+ZERO_VAR_LENGTHS = [5, 20, 5, 20, 40, 40, 40, 40]
+ZERO_VAR_GROUPS = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+
+
+def _length_mask(lengths):
+    width = max(lengths)
+    return torch.tensor([[1] * n + [0] * (width - n) for n in lengths])
+
+
+@pytest.mark.parametrize("name", sorted(BASELINE_ESTIMATORS))
+def test_zero_variance_group_gets_exactly_zero_with_whiten(name):
+    mask = _length_mask(ZERO_VAR_LENGTHS)
+    kw = {"token_rewards": ZERO_VAR_REWARDS, "action_mask": mask, "group_ids": ZERO_VAR_GROUPS}
+    kw["baseline_rewards"] = torch.tensor([0.5] * 4 + [0.0] * 4)  # remax: greedy got the all-wrong group's reward
+    adv, _ = compute_advantages(name, whiten=True, **kw)
+    assert adv[4:].abs().max().item() == 0.0, f"{name}: the all-wrong group must get exactly 0"
+    raw, _ = compute_advantages(name, whiten=False, **kw)
+    valid = mask.bool()
+    assert torch.equal(torch.sign(adv[valid]), torch.sign(raw[valid]))  # scaling keeps every sign
+    if name not in WHITENED_BY_DEFINITION:  # one positive factor: raw * rsqrt(var(raw) + eps)
+        assert_close(adv, raw * torch.rsqrt(raw[valid].var() + 1e-8))
+
+
+def test_token_mean_whitening_would_reinforce_the_all_wrong_group():
+    """What the old rule did (and gae still does, where the critic is the baseline): centre by the token mean."""
+    mask = _length_mask(ZERO_VAR_LENGTHS)
+    raw, _ = compute_advantages("grpo", token_rewards=ZERO_VAR_REWARDS, action_mask=mask, group_ids=ZERO_VAR_GROUPS)
+    shifted = masked_whiten(raw, mask)
+    assert abs(shifted[4, 0].item() - 0.305) < 1e-3  # the figure in the bug report
 
 
 def test_masked_whiten_matches_explicit_formula():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -17,10 +18,10 @@ def _write_jsonl(path, records):
 def test_jsonl_with_auto_fields(tmp_path):
     path = _write_jsonl(
         tmp_path / "set.jsonl",
-        [{"problem": "1+1?", "solution": "so \\boxed{2}", "difficulty": 1}, {"question": "2+2?", "answer": 4}],
+        [{"problem": "1+1?", "solution": "so \\boxed{2}", "difficulty": 1}, {"problem": "2+2?", "solution": 4}],
     )
     rows = load_rows(path)
-    assert len(rows) == 2 and rows.num_skipped == 0
+    assert len(rows) == 2 and rows.num_skipped == 0 and rows.num_duplicates == 0
     assert rows[0] == {"id": "set-0", "question": "1+1?", "answer": "2", "source": "set", "difficulty": 1}
     assert rows[1]["answer"] == "4" and rows[1]["question"] == "2+2?"
 
@@ -93,7 +94,7 @@ def test_hf_dataset_folder(tmp_path):
     )
     ds.save_to_disk(str(tmp_path / "hf"))
     assert [r["answer"] for r in load_rows(tmp_path / "hf", split="train")] == ["1", "2"]
-    with pytest.raises(DataFormatError, match="pass split="):
+    with pytest.raises(DataFormatError, match=r"holds several splits \(test, train\).*write '.*hf@train'"):
         load_rows(tmp_path / "hf")
     with pytest.raises(DataFormatError, match="no split 'dev'"):
         load_rows(tmp_path / "hf", split="dev")
@@ -104,7 +105,11 @@ def test_folder_of_files(tmp_path):
     _write_jsonl(tmp_path / "d" / "train.jsonl", [{"question": "a", "answer": "1"}])
     _write_jsonl(tmp_path / "d" / "test.jsonl", [{"question": "b", "answer": "2"}])
     assert [r["answer"] for r in load_rows(tmp_path / "d", split="test")] == ["2"]
-    assert len(load_rows(tmp_path / "d")) == 2
+    with pytest.raises(DataFormatError, match="holds several splits"):  # train + test never load as one set
+        load_rows(tmp_path / "d")
+    (tmp_path / "d" / "test.jsonl").unlink()
+    _write_jsonl(tmp_path / "d" / "more.jsonl", [{"question": "c", "answer": "3"}])
+    assert len(load_rows(tmp_path / "d")) == 2  # one split: every file, as one set
 
 
 @pytest.mark.parametrize(
@@ -157,3 +162,91 @@ def test_builtin_names_and_limit():
     assert len(rows) == 5 and rows[0]["id"] == "gsm8k/test/0" and rows[0]["answer"] == "18"
     assert rows[0]["source"] == "gsm8k"
     assert len(load_rows("math500_test")) == 500
+
+
+def test_answer_and_question_fields_are_chosen_once_per_source(tmp_path):
+    """Issue 12: a row without ``answer`` no longer takes its worked ``solution`` as the gold answer; the field is
+    the one most rows have, and a row without it is an error naming file:line (skipped and counted on request)."""
+    records = [{"question": f"q{i}", "answer": str(i), "solution": f"long work \\boxed{{{i}}}"} for i in range(3)]
+    records.insert(1, {"question": "q9", "solution": "we compute 4+5 = 9 and then much more text"})
+    records.append({"problem": "p", "answer": "5"})
+    path = _write_jsonl(tmp_path / "mixed.jsonl", records)
+    with pytest.raises(DataFormatError) as err:
+        load_rows(path)
+    assert re.search(
+        r"mixed\.jsonl:2: no answer field 'answer' \(the answer field of this source, present in 4 of its 5 rows\); "
+        r"this row has 'solution' instead: fix the row, or map the field of the whole source with "
+        r"fields=\{'answer': 'solution'\}",
+        str(err.value),
+    )
+    rows = load_rows(path, on_error="skip")
+    assert [r["answer"] for r in rows] == ["0", "1", "2"] and rows.num_skipped == 2
+    assert "mixed.jsonl:5: no question field 'question'" in rows.skipped[1] and "has 'problem'" in rows.skipped[1]
+    assert [r["id"] for r in rows] == ["mixed-0", "mixed-2", "mixed-3"]  # default ids keep the row's position
+    assert len(load_rows(path, fields={"answer": "solution"}, on_error="skip")) == 4  # an explicit choice
+
+
+def test_ids_are_chosen_once_per_source(tmp_path):
+    path = _write_jsonl(
+        tmp_path / "ids.jsonl", [{"question": "a", "answer": "1", "uid": "u1"}, {"question": "b", "answer": "2"}]
+    )
+    assert [r["id"] for r in load_rows(path)] == ["u1", "ids-1"]
+    with pytest.raises(DataFormatError, match=r"ids\.jsonl:2: missing field 'uid' \(mapped to 'id'\)"):
+        load_rows(path, fields={"question": "question", "answer": "answer", "id": "uid"})
+
+
+def test_duplicates_are_counted_and_reported_and_kept_unless_dropped(tmp_path):
+    """Issue 12: duplicate rows (same question text and answer, or same id) are counted, logged with an example,
+    and kept by default."""
+    from loguru import logger
+
+    records = [
+        {"id": "a", "question": "What is 2+2?", "answer": "4"},
+        {"id": "b", "question": "what is  2+2?", "answer": "4"},  # same question text (case, spacing) and answer
+        {"id": "c", "question": "What is 2+2?", "answer": "5"},  # a different answer: not a duplicate
+        {"id": "a", "question": "Another", "answer": "1"},  # the same id
+    ]
+    path = _write_jsonl(tmp_path / "dups.jsonl", records)
+    logs: list[str] = []
+    sink = logger.add(logs.append, level="INFO", format="{message}")
+    try:
+        rows = load_rows(path)
+    finally:
+        logger.remove(sink)
+    assert len(rows) == 4 and rows.num_duplicates == 2
+    assert re.search(r"dups\.jsonl:2 repeats .*dups\.jsonl:1 \(same question and answer\)", rows.duplicates[0])
+    assert re.search(r"dups\.jsonl:4 repeats .*dups\.jsonl:1 \(same id 'a'\)", rows.duplicates[1])
+    assert any(re.search(r"dups\.jsonl: 2 duplicate row\(s\) kept .*e\.g\. .*dups\.jsonl:2 repeats", m) for m in logs)
+    dropped = load_rows(path, duplicates="drop")
+    assert [r["id"] for r in dropped] == ["a", "c"] and dropped.num_duplicates == 2
+    with pytest.raises(ValueError, match="duplicates must be one of"):
+        load_rows(path, duplicates="remove")
+
+
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("empty.jsonl", "", r"empty\.jsonl: no rows \(an empty file or folder\)"),
+        ("blank.jsonl", "\n  \n", r"blank\.jsonl: no rows"),
+        ("empty.json", "[]", r"empty\.json: no rows"),
+        ("wrapped.json", '{"data": []}', r"wrapped\.json: no rows"),
+    ],
+)
+def test_a_source_without_rows_is_an_error_naming_it(tmp_path, name, text, message):
+    """Issue 12: an empty file is refused by the loader, naming the file (not later by rollout_batch_size)."""
+    (tmp_path / name).write_text(text)
+    with pytest.raises(DataFormatError, match=message):
+        load_rows(tmp_path / name)
+
+
+def test_a_source_whose_rows_are_all_malformed_is_an_error_even_when_skipping(tmp_path):
+    path = _write_jsonl(tmp_path / "bad.jsonl", [{"question": "q"}, {"question": "r"}])
+    with pytest.raises(DataFormatError, match=r"bad\.jsonl: no usable rows: all 2 rows are malformed, e\.g\. .*:1: no"):
+        load_rows(path, on_error="skip")
+
+
+def test_an_empty_source_is_not_the_current_folder():
+    """Issue 12: ``train_data=gsm8k_train,`` made an empty item, and ``Path('')`` is the current folder."""
+    for source in ("", "  "):
+        with pytest.raises(DataFormatError, match=r"data source '\s*' is empty \(as a path it would name the current"):
+            load_rows(source)

@@ -140,6 +140,26 @@ def test_logits_to_keep_gives_the_same_rows(lm, layout):
     assert torch.allclose(kept, full, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("layout", ["padded", "packed"])
+def test_lm_head_runs_on_response_positions_only_by_default(lm, layout):
+    """Issue 13 item 7: the default forward no longer computes [prompt, vocab] logits; results are unchanged."""
+    batch = layouts()[layout]
+    seen = []
+
+    def recording(**kwargs):
+        out = lm(**kwargs)
+        seen.append(out.logits.shape[1])
+        return out
+
+    with torch.no_grad():
+        default = response_logprobs(recording, batch, 0.7, with_entropy=True)
+        full = response_logprobs(recording, batch, 0.7, with_entropy=True, use_logits_to_keep=False)
+    kept_positions, all_positions = seen
+    assert all_positions == batch.input_ids.shape[1] and kept_positions < all_positions
+    for a, b in zip(default, full, strict=True):
+        assert torch.allclose(a, b, atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_packed_needs_no_mask_and_no_cache(request, attn):
     """Why the helpers pass attention_mask=None and use_cache=False: with an all-ones mask, or with the config's
@@ -198,7 +218,7 @@ def test_accepts_any_callable_returning_logits(lm):
         got, _ = response_logprobs(wrapped, batch)
         ref, _ = response_logprobs(lm, batch)
     assert torch.equal(got, ref)
-    assert calls == [["attention_mask", "input_ids", "position_ids", "use_cache"]]
+    assert calls == [["attention_mask", "input_ids", "logits_to_keep", "position_ids", "use_cache"]]
     with pytest.raises(TypeError):
         response_logprobs(lm, object())
     with pytest.raises(ValueError):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import subprocess
 import sys
 import time
@@ -12,15 +10,10 @@ from pathlib import Path
 import pytest
 
 import playground
-from reasonrl.config import OFFLINE_MODELS, BasePPOExpConfig, ConfigError
+from playground import recipe_config, rl_recipe_names
+from reasonrl.config import OFFLINE_MODELS, ConfigError
 
-RECIPES = sorted(m.name for m in pkgutil.iter_modules(playground.__path__) if not m.name.startswith(("sft_", "_")))
-
-
-def recipe_config(name: str) -> type[BasePPOExpConfig]:
-    module = importlib.import_module(f"playground.{name}")
-    classes = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, BasePPOExpConfig)]
-    return next(c for c in classes if c.__module__ == module.__name__)
+RECIPES = rl_recipe_names()
 
 
 @pytest.mark.parametrize("name", RECIPES)
