@@ -1,6 +1,7 @@
 """``BasePPOExp``: build everything an experiment config describes, run the trainer, clean up.
 
-    validate config (before Ray starts) -> models and data -> ray.init -> placement groups
+    validate config, check the resume checkpoint's config.json (before Ray starts) -> tokenizer, then every hook
+    called and its result checked (``reasonrl.exp_hooks``, still before Ray starts) -> ray.init -> placement groups
     -> worker groups (policy, ref, critic, reward model) + vLLM engines -> PPOTrainer.fit() -> shutdown
 
 Subclass it to change one piece; each hook has one job:
@@ -9,6 +10,11 @@ Subclass it to change one piece; each hook has one job:
 * :meth:`build_scorer`: the reward (default: ORZ math reward, or ``cfg.reward_fn``),
 * :meth:`build_template`: the prompt template (default: ``cfg.prompt_template``).
 
+A hook that returns None or the wrong type (a scorer that is not callable, no training rows, a template that
+cannot render the first row) raises ``HookError`` naming the hook before anything starts. A script that calls
+``run()`` must guard it with ``if __name__ == "__main__":`` (reward worker processes re-run the main module);
+a worker that re-runs an unguarded script exits at the top of ``run()`` and the error says so.
+
 Recipes (``playground/*.py``) call :func:`run_recipe`, which reads ``field=value`` overrides from the command line
 and applies ``DEBUG_MODE=1`` (one device, small batches) at run time.
 """
@@ -16,6 +22,7 @@ and applies ``DEBUG_MODE=1`` (one device, small batches) at run time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +31,9 @@ from typing import Any
 from loguru import logger
 
 from reasonrl.config import BasePPOExpConfig
+from reasonrl.exp_hooks import ExpInputs, build_inputs
+from reasonrl.utils.interrupt import StopSignals, TrainingInterrupted
+from reasonrl.utils.reaper import start_reaper
 
 
 class BasePPOExp:
@@ -40,9 +50,13 @@ class BasePPOExp:
         return rows
 
     def load_eval_sets(self) -> dict[str, list[dict]]:
+        """Rows of each ``cfg.eval_data`` source, keyed by a unique readable name (``eval_set_names``)."""
         from reasonrl.data import load_rows
+        from reasonrl.data.eval_names import eval_set_names
 
-        return {Path(s).stem: load_rows(s, fields=self.cfg.data_fields).rows for s in self.cfg.eval_data}
+        sources = self.cfg.eval_data
+        names = eval_set_names(sources)
+        return {name: load_rows(s, fields=self.cfg.data_fields).rows for name, s in zip(names, sources, strict=True)}
 
     def build_scorer(self):
         from reasonrl.scoring import build_scorer
@@ -56,26 +70,71 @@ class BasePPOExp:
 
     # ------------------------------------------------------------------ run
     def run(self) -> dict[str, float]:
-        """Validate, build, train, clean up. Returns the last step's metrics."""
+        """Validate, build and check the hooks' results, start, train, clean up. Returns the last step's metrics."""
+        from reasonrl.distributed.ray_cluster import check_ray_address
+        from reasonrl.rewards.main_guard import exit_if_reimporting_main
+
+        exit_if_reimporting_main(f"{type(self).__name__}.run()")  # a worker re-running an unguarded script stops here
         cfg = self.cfg
         cfg.validate()  # fails here, before any process starts
-        policy_path = cfg.resolve_model_path(cfg.pretrain)
-        from transformers import AutoTokenizer
+        check_ray_address(cfg.ray_address)  # no cluster answering: refused now, not after minutes in ray.init
+        self.resume_checkpoint()  # a checkpoint written by another config is refused here too
 
-        tokenizer = AutoTokenizer.from_pretrained(policy_path)
-        template = self.build_template(tokenizer)
-        train_rows, eval_sets = self.load_train_rows(), self.load_eval_sets()
-        if len(train_rows) < cfg.rollout_batch_size:
-            raise ValueError(
-                f"rollout_batch_size={cfg.rollout_batch_size} exceeds the {len(train_rows)} training rows of "
-                f"train_data={cfg.train_data}: lower rollout_batch_size or add data"
-            )
-        logger.info(f"config ({type(cfg).__name__}):\n{cfg.table()}")
-        with _Stack() as stack:
-            self._start(stack, tokenizer, template, train_rows, eval_sets)
-            return asyncio.run(self._fit())
+        def load_tokenizer():  # after the data hooks passed: a data mistake is reported before torch is imported
+            from transformers import AutoTokenizer
 
-    def _start(self, stack: _Stack, tokenizer, template, train_rows, eval_sets) -> None:
+            return AutoTokenizer.from_pretrained(cfg.resolve_model_path(cfg.pretrain))
+
+        with contextlib.ExitStack() as stack:
+            # every hook called and its result checked, before Ray starts
+            inputs = build_inputs(self, load_tokenizer=load_tokenizer)
+            tokenizer = inputs.tokenizer
+            if inputs.close is not None:
+                stack.callback(_logged, inputs.close)
+            logger.info(f"config ({type(cfg).__name__}):\n{cfg.table()}")
+            # Ctrl-C / SIGTERM: the first one asks the trainer to stop between phases (and maybe save), the second
+            # raises KeyboardInterrupt at once; either way the exit stack shuts engines, workers and Ray down.
+            stop = stack.enter_context(StopSignals("finishing the start-up or the current phase"))
+            start_reaper()  # before Ray starts: even a SIGKILLed driver leaves no Ray/vLLM/reward process behind
+            for restart in range(cfg.max_restarts + 1):
+                with contextlib.ExitStack() as attempt:  # Ray, placement, workers, engines, tracker of one attempt
+                    self._start(attempt, tokenizer, inputs)
+                    self.trainer.stop = stop.install()  # again: ray.init replaced the SIGTERM handler with an abort
+                    if stop.requested is not None:  # asked during start-up: nothing was trained
+                        raise TrainingInterrupted(stop.requested, self.trainer.global_step)
+                    try:
+                        return asyncio.run(self._fit())
+                    except Exception as err:
+                        if restart == cfg.max_restarts or not self._worker_died(err):
+                            raise
+                        logger.error(
+                            f"a worker died ({err.__class__.__name__}); restart {restart + 1} of "
+                            f"{cfg.max_restarts}: every actor is restarted and the run resumes"
+                        )
+                self._resume_path = self._newest_checkpoint()  # everything of the attempt is shut down now
+                logger.warning(f"resuming from {self._resume_path or 'the start (no checkpoint yet)'}")
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _worker_died(self, err: Exception) -> bool:
+        """Whether ``err`` means an actor of the run died (then it is restarted), rather than a bug."""
+        import ray
+
+        from reasonrl.distributed.failures import dead_roles, death_errors, run_actors
+
+        if not isinstance(err, ray.exceptions.RayError):  # an error of the driver's own code: never restarted
+            return False
+        dead = dead_roles(run_actors(self.trainer.roles))
+        if dead:
+            logger.error(f"dead actors: {', '.join(dead)} ({err})")
+        return bool(dead) or isinstance(err, death_errors())
+
+    def _newest_checkpoint(self) -> Path | None:
+        from reasonrl.utils.checkpoint import CheckpointManager
+
+        cfg = self.cfg
+        return CheckpointManager(Path(cfg.ckpt_dir) / cfg.exp_name, keep_last=cfg.keep_last_ckpts).latest()
+
+    def _start(self, stack: contextlib.ExitStack, tokenizer, inputs: ExpInputs) -> None:
         import ray
 
         from reasonrl.distributed.placement import build_placement
@@ -86,37 +145,38 @@ class BasePPOExp:
 
         cfg = self.cfg
         started_ray = not ray.is_initialized()
-        init_ray(cfg.ray_address)
-        if started_ray and not cfg.ray_address:
-            stack.push(ray.shutdown)
+        init_ray(cfg.ray_address, device=cfg.device)
+        if started_ray:  # stops the local instance, or disconnects from the cluster
+            stack.callback(_logged, ray.shutdown)
+        cfg.validate(ray.cluster_resources(), ray.nodes())  # the cluster's real resources, before any placement
         plan = build_placement(
             cfg.role_resources(),
             colocate_all=cfg.colocate_all,
             colocate_policy_ref=cfg.colocate_policy_ref,
             colocate_critic_reward=cfg.colocate_critic_reward,
-            device=cfg.resolved_device(),
+            device=cfg.resolved_device(ray.cluster_resources()),  # the cluster's devices, not the driver's
             cpus_per_bundle=cfg.cpus_per_bundle,
         )
-        stack.push(plan.remove)
+        stack.callback(_logged, plan.remove)
         from reasonrl.data.sampler import PromptSampler
 
-        num_steps = PromptSampler(train_rows, cfg.rollout_batch_size, cfg.seed, cfg.num_episodes).total_steps
+        num_steps = PromptSampler(inputs.train_rows, cfg.rollout_batch_size, cfg.seed, cfg.num_episodes).total_steps
         num_steps = min(num_steps, cfg.max_steps or num_steps)
-        roles = self._start_roles(stack, plan, num_steps, tokenizer.pad_token_id)
-        scorer = self.build_scorer()
-        stack.push(scorer.close)
+        reward_pad_id, reward_encoder = self._reward_model_inputs(tokenizer)
+        roles = self._start_roles(stack, plan, num_steps, tokenizer.pad_token_id, reward_pad_id)
         checkpoints = CheckpointManager(Path(cfg.ckpt_dir) / cfg.exp_name, keep_last=cfg.keep_last_ckpts)
-        resume_from = checkpoints.resolve_resume(cfg.resume)
+        resume_from = self.resume_checkpoint()  # resolved and checked before Ray started
         self.trainer = PPOTrainer(
             cfg,
             roles,
             tokenizer=tokenizer,
-            template=template,
-            train_rows=train_rows,
-            eval_sets=eval_sets,
-            scorer=scorer,
+            template=inputs.template,
+            train_rows=inputs.train_rows,
+            eval_sets=inputs.eval_sets,
+            scorer=inputs.scorer,  # built and checked before Ray started; closed by run()'s exit stack
             tracker=None,
             checkpoints=checkpoints,
+            reward_model_encoder=reward_encoder,
         )
         self.resume_from = resume_from
         start_step = 0
@@ -131,14 +191,65 @@ class BasePPOExp:
             progress_bar=cfg.progress_bar,
             start_step=start_step,
         )
-        stack.push(tracker.close)  # also writes summary.png / summary.html of the curves
+        stack.callback(_logged, tracker.close)  # also writes summary.png / summary.html of the curves
         tracker.log_table_at_start(cfg.table())
         self.trainer.tracker = tracker
 
-    def _start_roles(self, stack: _Stack, plan, num_steps: int, pad_token_id: int):
-        """Worker groups and engines, all set up concurrently; each registered for shutdown."""
+    def resume_checkpoint(self) -> Path | None:
+        """The checkpoint this run continues (``cfg.resume``), or None for a fresh start; resolved once, before Ray
+        starts, and checked against this config: :class:`ConfigError` lists every field that differs from the
+        checkpoint's ``config.json`` beyond those always allowed or named in ``resume_allow_changes``
+        (``reasonrl.config.resume``), and names an explicit ``resume`` path that is not a complete checkpoint, or
+        ``resume=auto`` over checkpoints that are all damaged (never a silent restart). Once accepted, checkpoints of
+        another history (newer than an explicit ``resume``, or all of them for ``resume=none``) are moved aside
+        (``CheckpointManager.start_from``)."""
+        if getattr(self, "_resume_checked", False):
+            return self._resume_path
+        from reasonrl.config import ConfigError
+        from reasonrl.config.resume import check_resume_config
+        from reasonrl.utils.checkpoint import CheckpointError, CheckpointManager, NoCompleteCheckpointError
+
+        cfg = self.cfg
+        checkpoints = CheckpointManager(Path(cfg.ckpt_dir) / cfg.exp_name, keep_last=cfg.keep_last_ckpts)
+        try:
+            path = checkpoints.resolve_resume(cfg.resume)
+        except CheckpointError as err:
+            fix = ": give resume= a complete step_<n> folder, or resume=auto / resume=none"
+            fix = "" if isinstance(err, NoCompleteCheckpointError) else fix  # that message names the choices itself
+            raise ConfigError([f"{err}{fix}"], title="resume refused") from None
+        if path is not None:
+            removed = check_resume_config(cfg, path)
+            if removed:
+                logger.warning(f"{path}/config.json has fields this config no longer has (ignored): {removed}")
+        checkpoints.start_from(path)
+        self._resume_path, self._resume_checked = path, True
+        return path
+
+    def _reward_model_inputs(self, tokenizer):
+        """``(pad id, encoder)`` of the learned reward model: its own tokenizer's pad id, and None when it shares
+        the policy's vocabulary, else a re-tokenising encoder (``reasonrl.models.reward_inputs``)."""
+        if not self.cfg.use_reward_model:
+            return None, None
+        from transformers import AutoTokenizer
+
+        from reasonrl.models.reward_inputs import reward_model_encoder
+
+        reward_tokenizer = AutoTokenizer.from_pretrained(self.cfg.resolve_model_path(self.cfg.reward_pretrain))
+        pad = reward_tokenizer.pad_token_id
+        pad = pad if pad is not None else reward_tokenizer.eos_token_id
+        return pad, reward_model_encoder(tokenizer, reward_tokenizer)
+
+    def _start_roles(
+        self, stack: contextlib.ExitStack, plan, num_steps: int, pad_token_id: int, reward_pad_id: int | None = None
+    ):
+        """Worker groups and engines, each registered for shutdown. The reward model's workers pad with its own
+        tokenizer's pad id (``reward_pad_id``). Split placement: all set up concurrently. ``colocate_all``: engines
+        first -> ready -> asleep, then the DeepSpeed setups (vLLM refuses to start when the free device memory is
+        below ``gpu_memory_utilization`` x total, so the two must not race); the devices then are in the TRAINING
+        phase of :mod:`reasonrl.distributed.phases`."""
         import ray
 
+        from reasonrl.distributed.phases import SLEEP_LEVEL
         from reasonrl.distributed.ppo_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
         from reasonrl.distributed.vllm_engine import create_vllm_engines
         from reasonrl.distributed.worker_group import WorkerGroup
@@ -147,13 +258,19 @@ class BasePPOExp:
         cfg = self.cfg
         classes = {"policy": PolicyWorker, "ref": ReferenceWorker, "critic": CriticWorker, "reward": RewardModelWorker}
         groups: dict[str, Any] = {}
-        setups = []
+        setups = []  # (group, worker config)
         for role, cls in classes.items():
             if role in plan:
                 groups[role] = WorkerGroup(cls, plan[role], name=role)
-                stack.push(groups[role].kill)
-                worker_cfg = cfg.worker_config(role, num_rollout_steps=num_steps, pad_token_id=pad_token_id)
-                setups += groups[role].call_async("setup", worker_cfg)
+                stack.callback(_logged, groups[role].kill)
+                pad = reward_pad_id if role == "reward" and reward_pad_id is not None else pad_token_id
+                worker_cfg = cfg.worker_config(
+                    role,
+                    num_rollout_steps=num_steps,
+                    pad_token_id=pad,
+                    attn_implementation=cfg.resolved_attn_implementation(plan.device),  # the workers' device
+                )
+                setups.append((groups[role], worker_cfg))
         engines = create_vllm_engines(
             cfg.vllm_num_engines,
             cfg.resolve_model_path(cfg.pretrain),
@@ -165,8 +282,13 @@ class BasePPOExp:
             enable_sleep_mode=cfg.vllm_enable_sleep,
             seed=cfg.seed,
         )
-        stack.push(lambda: _shutdown_engines(engines))
-        ray.get(setups + [e.ready.remote() for e in engines])
+        stack.callback(_logged, lambda: _shutdown_engines(engines))
+        ready = [e.ready.remote() for e in engines]
+        if cfg.colocate_all:
+            ray.get(ready)
+            ray.get([e.sleep.remote(SLEEP_LEVEL) for e in engines])  # a logged no-op on CPU
+            ready = []
+        ray.get(ready + [ref for group, wcfg in setups for ref in group.call_async("setup", wcfg)])
         return Roles(
             policy=groups["policy"],
             engines=engines,
@@ -194,32 +316,31 @@ def run_recipe(
     try:
         cfg = cfg_cls.from_cli(argv)
         cfg.validate()
+        exp = exp_cls(cfg)
+        exp.resume_checkpoint()  # a checkpoint of another config is refused here (kept for run(), not re-resolved)
     except ConfigError as err:  # a readable message, no traceback: nothing has started yet
         print(err, file=sys.stderr)
         raise SystemExit(2) from None
-    return exp_cls(cfg).run()
+    try:
+        return exp.run()
+    except ConfigError as err:  # hooks, Ray address, cluster resources: before any actor starts (Ray is shut down)
+        print(err, file=sys.stderr)
+        raise SystemExit(2) from None
+    except TrainingInterrupted as err:  # Ctrl-C / SIGTERM: everything is shut down; exit as a shell would
+        print(f"reasonrl: {err}", file=sys.stderr)
+        raise SystemExit(err.exit_code) from None
+    except KeyboardInterrupt:  # a second signal: stopped where it was, cleanups done
+        print("reasonrl: stopped at once by a second signal; no checkpoint written on the way out", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 # ---------------------------------------------------------------------- cleanup
-class _Stack:
-    """Runs registered cleanups in reverse order on exit, even after errors; a failing cleanup is logged."""
-
-    def __init__(self):
-        self.callbacks: list = []
-
-    def push(self, fn) -> None:
-        self.callbacks.append(fn)
-
-    def __enter__(self) -> _Stack:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        while self.callbacks:
-            fn = self.callbacks.pop()
-            try:
-                fn()
-            except Exception as err:  # noqa: BLE001 - keep cleaning up the rest
-                logger.warning(f"cleanup {getattr(fn, '__qualname__', fn)} failed: {err}")
+def _logged(fn) -> None:
+    """Run one cleanup of ``run()``'s exit stack; a failing cleanup is logged and the others still run."""
+    try:
+        fn()
+    except Exception as err:  # noqa: BLE001 - keep cleaning up the rest
+        logger.warning(f"cleanup {getattr(fn, '__qualname__', fn)} failed: {err}")
 
 
 def _shutdown_engines(engines) -> None:

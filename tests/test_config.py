@@ -28,6 +28,12 @@ def good(**overrides) -> BasePPOExpConfig:
     return BasePPOExpConfig(**{**GOOD, **overrides})
 
 
+def a_file(root: Path) -> Path:
+    path = root / "a_file"
+    path.write_text("not a folder\n")
+    return path
+
+
 def model_dir(root: Path, name: str = "model", **config) -> Path:
     path = root / name
     path.mkdir(parents=True, exist_ok=True)
@@ -41,7 +47,9 @@ def test_good_configs_validate():
     good(advantage_estimator="grpo", n_samples_per_prompt=8, critic_num_nodes=0).validate()
     good(kl_mode="loss", init_kl_coef=1e-3, kl_estimator="low_var_kl+").validate()
     good(kl_mode="reward", init_kl_coef=0.05, kl_controller="adaptive", kl_target=0.1).validate()
-    good(train_batch_size=512, critic_train_batch_size=256, policy_update_steps=2).validate()
+    good(train_batch_size=512, critic_train_batch_size=256, policy_epochs=2).validate()
+    good(policy_update_steps=12, critic_update_steps=12).validate()  # ORZ: nearly equal parts
+    good(advantage_estimator="remax", critic_num_nodes=0).validate()  # greedy baseline rollout in the loop
     good(
         colocate_all=False,
         colocate_policy_ref=True,
@@ -51,7 +59,7 @@ def test_good_configs_validate():
         vllm_tensor_parallel_size=2,
         kl_mode="loss",
         init_kl_coef=1e-3,
-    ).validate()
+    ).validate(cluster_resources={"CPU": 16.0})  # 16 CPU bundles: more than a local Ray on a small machine has
     good(pretrain="smollm2", generate_max_len=4096).validate()
     good(dual_clip_c=3.0, clip_eps_high=0.28, dynamic_sampling=True, overlong_buffer_len=128).validate()
 
@@ -93,6 +101,12 @@ BAD_CONFIGS = [
     ("resume", dict(resume="/no/ckpt/step_3"), r"resume=auto.*resume=none", ["resume"]),
     ("zero-stage", dict(zero_stage=4), r"zero_stage=4 is unknown", []),
     ("flash-on-cpu", dict(attn_implementation="flash_attention_2"), r"needs a GPU", ["attn_implementation"]),
+    (
+        "flash-in-fp32",
+        dict(attn_implementation="flash_attention_2", bf16=False),
+        r"runs in bf16/fp16 only.*bf16=true",
+        ["attn_implementation"],
+    ),
     ("temperature", dict(temperature=0.0), r"temperature=0\.0: must be > 0.*eval_temperature", []),
     ("top-p", dict(top_p=1.5), r"top_p=1\.5: must be in \(0, 1\]", []),
     ("clip-low", dict(clip_eps_low=0.0), r"clip_eps_low=0\.0: must be in \(0, 1\]", []),
@@ -102,8 +116,14 @@ BAD_CONFIGS = [
     ("gamma", dict(gamma=1.5), r"gamma=1\.5: must be in \[0, 1\]", []),
     ("nan", dict(lam=float("nan")), r"lam=nan: must be in \[0, 1\]", []),
     ("grpo-one-sample", dict(advantage_estimator="grpo", n_samples_per_prompt=1), r"n_samples_per_prompt >= 2", []),
-    ("remax-no-baseline", dict(advantage_estimator="remax"), r"greedy baseline rollout", []),
     ("dyn-sampling-one", dict(dynamic_sampling=True, n_samples_per_prompt=1), r"dynamic_sampling.*>= 2", []),
+    (
+        "steps-and-batch",
+        dict(train_batch_size=512, policy_update_steps=2),
+        r"train_batch_size=512 and policy_update_steps=2 both set",
+        [],
+    ),
+    ("steps-below-world", dict(critic_update_steps=10**6), r"critic_update_steps=1000000 cuts .* smaller than", []),
     ("gae-no-critic", dict(critic_num_nodes=0), r"advantage_estimator='gae' trains a critic", ["critic_num_nodes"]),
     ("kl-no-coef", dict(kl_mode="loss"), r"kl_mode='loss' needs init_kl_coef > 0", []),
     (
@@ -119,7 +139,7 @@ BAD_CONFIGS = [
         r"needs kl_target",
         ["kl_controller", "kl_target"],
     ),
-    ("reinforce-off-policy", dict(policy_loss="reinforce", policy_update_steps=2), r"on-policy", ["policy_loss"]),
+    ("reinforce-off-policy", dict(policy_loss="reinforce", policy_epochs=2), r"on-policy", ["policy_loss"]),
     (
         "entropy-bounds",
         dict(adaptive_entropy=True, entropy_coef_min=0.01, entropy_coef_max=0.001),
@@ -180,6 +200,22 @@ BAD_CONFIGS = [
     ("type-str-float", dict(actor_lr="1e-6"), r"actor_lr='1e-6': expected float, got str", []),
     ("type-bool-int", dict(seed=True), r"seed=True: expected int, got bool", []),
     ("type-list", dict(stop="</answer>"), r"stop='</answer>': expected list of str", []),
+    ("seed-range", dict(seed=-5), r"seed=-5: must be in \[0, 4294967288\].*vllm_num_engines=8", []),
+    ("seed-numpy", dict(seed=2**32), r"seed=4294967296: must be in \[0, 4294967288\]", []),
+    ("ckpt-dir-file", lambda tmp: dict(ckpt_dir=str(a_file(tmp))), r"ckpt_dir=.*is a file, not a folder", []),
+    ("log-dir-in-file", lambda tmp: dict(log_dir=f"{a_file(tmp)}/logs"), r"is a file, so .*cannot be created", []),
+    (
+        "grpo-critic-settings",
+        dict(advantage_estimator="grpo", n_samples_per_prompt=8, critic_num_nodes=0, critic_lr=1e-5, value_clip=None),
+        r"critic_lr=1e-05, value_clip=None: only advantage_estimator='gae' trains a critic.*silently ignored",
+        ["critic_lr", "value_clip"],
+    ),
+    (
+        "local-cpus",
+        dict(cpus_per_bundle=1000.0),
+        r"local Ray instance this run starts \(ray_address=none\) has \d+ logical CPUs.*8000 CPU requested",
+        ["cpus_per_bundle"],
+    ),
 ]
 
 
@@ -605,10 +641,12 @@ def test_worker_and_loss_configs(tmp_path):
     )
     policy = cfg.worker_config("policy", num_rollout_steps=10, pad_token_id=3)
     assert policy.model_path == str(policy_dir) and policy.lr == cfg.actor_lr and policy.pad_token_id == 3
-    assert (policy.warmup_steps, policy.total_steps, policy.lr_schedule) == (20, 40, "cosine")
+    # warmup counts each model's own optimizer steps (ORZ/OpenRLHF/verl), not rollouts
+    assert (policy.warmup_steps, policy.total_steps, policy.lr_schedule) == (5, 40, "cosine")
     assert policy.offload_optimizer and not policy.offload_params and policy.attn_implementation == "sdpa"
     critic = cfg.worker_config("critic", num_rollout_steps=10)
     assert critic.model_path == str(critic_dir) and critic.lr == cfg.critic_lr and critic.total_steps == 80
+    assert critic.warmup_steps == 5
     ref = cfg.worker_config("ref")
     assert ref.model_path == str(policy_dir) and ref.offload_params and not ref.gradient_checkpointing
     with pytest.raises(ValueError, match="num_rollout_steps"):

@@ -34,6 +34,7 @@ Layout (one job per module; everything public is re-exported here, so ``from rea
 * ``validate`` / ``consistency``: the validation rules; ``probes``: model folders, HF cache and GPUs of this machine;
 * ``convert``: typed parsing of values; ``overrides``: ``field=value`` and ``DEBUG_MODE``; ``debug``: the debug shrink;
 * ``serialise``: JSON; ``render``: table, ``--help`` and the Markdown reference; ``cli``: ``python -m reasonrl.config``.
+* ``resume``: which fields of a checkpoint's saved config may differ on resume (RL and SFT share it).
 """
 
 from reasonrl.config.base import BasePPOExpConfig

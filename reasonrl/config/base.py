@@ -40,10 +40,21 @@ class BasePPOExpConfig:
     log_dir: str = _exp("logs", "root folder of logs, TensorBoard events and generation dumps (log_dir/exp_name/)")
     resume: str = _exp(
         "auto",
-        "'auto': continue from the newest complete checkpoint of this run if there is one, else start fresh; "
-        "'none': always start fresh; or the path of a checkpoint directory (step_<n>)",
+        "'auto': continue from the newest complete checkpoint of this run (damaged ones are moved aside; only "
+        "damaged ones: refused), else start fresh; 'none': start fresh on purpose (the old run's checkpoints and "
+        "logs are moved aside, not deleted); or the path of a checkpoint directory (step_<n>)",
     )
-    device: str = _exp("auto", "'auto' (GPU when CUDA is available, else CPU), 'gpu' or 'cpu'")
+    resume_allow_changes: list[str] = _exp(
+        doc="fields that may differ from the checkpoint's config.json on resume, e.g. generate_max_len,max_steps "
+        "for a staged recipe (bookkeeping, eval and memory fields are always allowed: docs/logging_and_checkpoints.md)",
+        factory=list,
+    )
+    max_restarts: int = _exp(
+        2,
+        "when an actor dies (killed, out of memory, node lost), restart every actor and resume from the newest "
+        "checkpoint in the same process, at most this many times; 0 = the run fails instead",
+    )
+    device: str = _exp("auto", "'auto' (GPU when the Ray cluster has GPUs, else CPU), 'gpu' or 'cpu'")
     ray_address: str | None = _exp(
         None, "address of a running Ray cluster ('auto' or host:port); None starts a local Ray instance"
     )
@@ -73,7 +84,8 @@ class BasePPOExpConfig:
     bf16: bool = _res(True, "train and run models in bfloat16 (False: float32, e.g. on CPU)")
     gradient_checkpointing: bool = _res(True, "activation checkpointing in the policy and critic")
     attn_implementation: str = _res(
-        "auto", "'auto' (flash_attention_2 on GPU when installed, else sdpa), 'flash_attention_2', 'sdpa', 'eager'"
+        "auto",
+        "'auto' (flash_attention_2 on GPU with bf16 when installed, else sdpa), 'flash_attention_2', 'sdpa', 'eager'",
     )
     ref_offload_params: bool = _res(False, "ZeRO-3 parameter offload to CPU for the frozen models (ref, reward)")
     optimizer_offload: bool = _res(False, "ZeRO-Offload of optimizer states to CPU (policy, critic)")
@@ -104,11 +116,15 @@ class BasePPOExpConfig:
     # ---------------------------------------------------------------------------------------------- data
     train_data: list[str] = _dat(
         doc="training sets: built-in names (gsm8k_train, gsm8k_test, math_train, math500_test) or paths of "
-        ".jsonl/.json/.parquet files or dataset folders",
+        ".jsonl/.json/.parquet files or dataset folders; a folder holding several splits (a Hugging Face snapshot "
+        "with train-*/test-* files, a save_to_disk DatasetDict) must name one as path@split, e.g. data/snap@train",
         factory=lambda: ["math_train"],
     )
     eval_data: list[str] = _dat(
-        doc="evaluation sets (same forms as train_data); empty = no evaluation", factory=lambda: ["math500_test"]
+        doc="evaluation sets (same forms as train_data, e.g. data/snap@test), each logged under a unique name: "
+        "built-in name or file stem, parent folders added on a clash (a_test, b_test), _split appended for @split; "
+        "empty = no evaluation",
+        factory=lambda: ["math500_test"],
     )
     prompt_template: str = _dat(
         "orz", "'orz' (R1-Zero <think>/<answer> prompt), 'chat' (tokenizer chat template), 'plain', or a jinja2 file"
@@ -117,6 +133,11 @@ class BasePPOExpConfig:
         None,
         "field mapping of the data files: None (automatic), a preset (orz, orz_eval, gsm8k, math) or a JSON "
         'object like {"question": "problem", "answer": "final_answer"}',
+    )
+    allow_train_eval_overlap: bool = _dat(
+        False,
+        "let training data share sources or questions with eval_data (refused by default: it inflates eval scores); "
+        "only to measure accuracy on training questions on purpose",
     )
     max_prompt_len: int = _dat(1024, "prompts longer than this many tokens are truncated (left) or dropped")
     reward_fn: str | None = _dat(
@@ -155,7 +176,8 @@ class BasePPOExpConfig:
     policy_loss: str = _alg("ppo", "ppo, gspo, cispo or reinforce (on-policy only)")
     agg_mode: str = _alg(
         "seq-mean-token-mean",
-        "loss aggregation: token-mean, seq-mean-token-sum, seq-mean-token-mean (ORZ), seq-mean-token-sum-norm",
+        "loss aggregation: token-mean (ORZ's packed rows average close to this), seq-mean-token-sum, "
+        "seq-mean-token-mean, seq-mean-token-sum-norm",
     )
     clip_eps_low: float = _alg(0.2, "lower ratio clip epsilon, in (0, 1] (1 = no lower bound, e.g. CISPO)")
     clip_eps_high: float = _alg(0.2, "upper ratio clip epsilon, > 0 (DAPO clip-higher: 0.28)")
@@ -188,19 +210,33 @@ class BasePPOExpConfig:
     # ---------------------------------------------------------------------------------------------- optimisation
     actor_lr: float = _opt(1e-6, "policy learning rate")
     critic_lr: float = _opt(5e-6, "critic learning rate")
-    lr_warmup_steps: int = _opt(0, "linear warmup length in training steps (ORZ: 50)")
+    lr_warmup_steps: int = _opt(
+        0,
+        "linear LR warmup over each model's first N optimizer steps (policy and critic count their own steps, as "
+        "in ORZ/OpenRLHF/verl; ORZ: 50)",
+    )
     lr_schedule: str = _opt("constant", "after warmup: constant, linear or cosine decay to 0 at the last step")
     weight_decay: float = _opt(0.0, "AdamW weight decay")
     grad_clip: float = _opt(1.0, "gradient norm clipping; 0 = off")
-    policy_update_steps: int = _opt(1, "passes (epochs) of the policy over each rollout batch")
-    critic_update_steps: int = _opt(1, "passes (epochs) of the critic over each rollout batch")
+    policy_epochs: int = _opt(1, "passes of the policy over each rollout batch (OpenRLHF max_epochs, verl ppo_epochs)")
+    critic_epochs: int = _opt(1, "passes of the critic over each rollout batch")
     train_batch_size: int | None = _opt(
         None,
         "samples per policy optimizer step; must divide rollout_batch_size * n_samples_per_prompt; "
-        "None = the whole rollout (one step per pass, strictly on-policy, as ORZ)",
+        "None = policy_update_steps decides, else the whole rollout (one step per pass, strictly on-policy)",
     )
     critic_train_batch_size: int | None = _opt(
-        None, "samples per critic optimizer step; None = train_batch_size (ORZ took 12 critic steps per rollout)"
+        None, "samples per critic optimizer step; None = critic_update_steps decides, else train_batch_size"
+    )
+    policy_update_steps: int | None = _opt(
+        None,
+        "optimizer steps of the policy per pass over the rollout, ORZ's meaning: the rollout is cut into this "
+        "many nearly equal mini-batches (alternative to train_batch_size; ORZ: 1)",
+    )
+    critic_update_steps: int | None = _opt(
+        None,
+        "optimizer steps of the critic per pass over the rollout, ORZ's meaning (ORZ's PPO recipes: 12 steps in "
+        "ONE pass, not 12 epochs; alternative to critic_train_batch_size)",
     )
     num_episodes: int = _opt(1, "passes over the training data")
     max_steps: int | None = _opt(None, "stop after this many training steps; None = when the data ends")
@@ -215,13 +251,19 @@ class BasePPOExpConfig:
     # ---------------------------------------------------------------------------------------------- logging
     save_interval: int = _log(50, "save a checkpoint every N steps; 0 = only at the end")
     keep_last_ckpts: int = _log(3, "keep the newest N checkpoints; 0 = keep all")
+    save_on_interrupt: bool = _log(
+        False, "Ctrl-C (SIGINT) saves a checkpoint of the last completed step before stopping (if none exists yet)"
+    )
+    save_on_sigterm: bool = _log(
+        True, "SIGTERM (a scheduler's preemption notice) saves a checkpoint of the last completed step before stopping"
+    )
     log_interval: int = _log(1, "write scalars every N steps")
     dump_generations: int = _log(8, "samples per step written to log_dir/exp_name/generations.jsonl; 0 = none")
     progress_bar: bool = _log(True, "show a progress bar")
     sync_verify_tolerance: float | None = _log(
         None,
-        "max |logprob difference| between policy and vLLM on a probe sequence after each weight sync; "
-        "None = auto: 1e-4 in float32 (bf16=false), 0.1 in bf16",
+        "weight-sync check on a probe sequence: max |logprob difference| between policy and vLLM (float32), or "
+        "between their changes across the sync (bf16: docs/distributed.md); None = auto: 1e-4 in float32, 0.1 in bf16",
     )
     sync_bucket_mb: int = _log(256, "weight sync sends the policy to vLLM in buckets of at most this many MiB")
 
@@ -289,23 +331,37 @@ class BasePPOExpConfig:
     def use_reward_model(self) -> bool:
         return self.reward_num_nodes > 0
 
+    def mini_batch_bounds(self, role: str) -> list[tuple[int, int]]:
+        """``[(lo, hi), ...]``: the sample ranges of one pass over the rollout, one per optimizer step of ``role``
+        (``policy`` or ``critic``). ``*_update_steps`` cuts the rollout into that many nearly equal parts (ORZ);
+        otherwise parts of ``*_train_batch_size`` samples (the critic falls back to the policy's choice)."""
+        n = self.rollout_samples_per_step
+        steps, size = self.policy_update_steps, self.train_batch_size
+        if role == "critic" and (self.critic_update_steps or self.critic_train_batch_size):
+            steps, size = self.critic_update_steps, self.critic_train_batch_size
+        if steps:
+            steps = min(steps, n)
+            return [(round(i * n / steps), round((i + 1) * n / steps)) for i in range(steps)]
+        size = size or n
+        return [(lo, min(lo + size, n)) for lo in range(0, n, size)]
+
     @property
     def policy_mini_batch_size(self) -> int:
-        """Samples per policy optimizer step (``train_batch_size``, or the whole rollout)."""
-        return self.train_batch_size or self.rollout_samples_per_step
+        """Samples in the policy's largest mini-batch (one optimizer step)."""
+        return max(hi - lo for lo, hi in self.mini_batch_bounds("policy"))
 
     @property
     def critic_mini_batch_size(self) -> int:
-        """Samples per critic optimizer step."""
-        return self.critic_train_batch_size or self.policy_mini_batch_size
+        """Samples in the critic's largest mini-batch."""
+        return max(hi - lo for lo, hi in self.mini_batch_bounds("critic"))
 
     @property
     def policy_optimizer_steps_per_rollout(self) -> int:
-        return self.policy_update_steps * max(self.rollout_samples_per_step // max(self.policy_mini_batch_size, 1), 1)
+        return self.policy_epochs * len(self.mini_batch_bounds("policy"))
 
     @property
     def critic_optimizer_steps_per_rollout(self) -> int:
-        return self.critic_update_steps * max(self.rollout_samples_per_step // max(self.critic_mini_batch_size, 1), 1)
+        return self.critic_epochs * len(self.mini_batch_bounds("critic"))
 
     @property
     def resolved_vllm_max_model_len(self) -> int:
@@ -328,20 +384,25 @@ class BasePPOExpConfig:
     def eval_enabled(self) -> bool:
         return bool(self.eval_data) and (self.eval_interval > 0 or self.eval_before_training)
 
-    def resolved_device(self) -> str:
-        """``"gpu"`` or ``"cpu"``; ``auto`` asks torch (imported here, lazily) whether CUDA is available."""
+    def resolved_device(self, cluster_resources: Mapping[str, float] | None = None) -> str:
+        """``"gpu"`` or ``"cpu"``. ``auto`` with ``cluster_resources`` (``ray.cluster_resources()``, after
+        ``ray.init``): ``gpu`` when the cluster has GPUs, whatever the driver sees (a GPU-less head node drives GPU
+        workers); without them (before Ray starts) it asks torch (imported here, lazily) about this machine."""
         if self.device != "auto":
             return self.device
+        if cluster_resources is not None:
+            return "gpu" if cluster_resources.get("GPU", 0) > 0 else "cpu"
         return "gpu" if _gpu_count() > 0 else "cpu"
 
     def resolved_attn_implementation(self, device: str | None = None) -> str:
-        """``auto`` -> ``flash_attention_2`` on GPU when the ``flash_attn`` package is installed, else ``sdpa``."""
+        """``auto`` -> ``flash_attention_2`` on GPU with bf16 when the ``flash_attn`` package is installed, else
+        ``sdpa`` (flash-attn 2 rejects fp32 inputs, so fp32 training never gets it)."""
         if self.attn_implementation != "auto":
             return self.attn_implementation
         import importlib.util
 
         on_gpu = (device or self.resolved_device()) == "gpu"
-        return "flash_attention_2" if on_gpu and importlib.util.find_spec("flash_attn") else "sdpa"
+        return "flash_attention_2" if on_gpu and self.bf16 and importlib.util.find_spec("flash_attn") else "sdpa"
 
     @staticmethod
     def resolve_model_path(value: str | None) -> str | None:
@@ -380,8 +441,8 @@ class BasePPOExpConfig:
     def worker_config(self, role: str, *, num_rollout_steps: int | None = None, **extra: Any):
         """``WorkerConfig`` of one role (``policy``, ``ref``, ``critic``, ``reward``).
 
-        Step counts are converted to optimizer steps: ``warmup_steps = lr_warmup_steps * optimizer steps per
-        rollout`` and ``total_steps = num_rollout_steps * optimizer steps per rollout`` (``num_rollout_steps``
+        ``warmup_steps = lr_warmup_steps`` (optimizer steps of this role) and ``total_steps = num_rollout_steps *
+        optimizer steps per rollout`` (``num_rollout_steps``
         defaults to ``max_steps``; the linear/cosine schedules need one of them). ``extra`` overrides fields
         (e.g. ``pad_token_id``, known only once the tokenizer is loaded).
         """

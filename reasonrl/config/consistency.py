@@ -1,14 +1,27 @@
-"""Cross-field rules of a config: the algorithm's settings together, batch divisibility and sequence lengths."""
+"""Cross-field rules of a config: the algorithm's settings together (critic settings without a critic included),
+batch divisibility and sequence lengths."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from reasonrl.config.names import GROUP_ESTIMATORS
+from reasonrl.config.debug import shrink_for_debug
+from reasonrl.config.names import ADVANTAGE_ESTIMATOR_NAMES, GROUP_ESTIMATORS
 from reasonrl.config.probes import _model_max_positions
 
 if TYPE_CHECKING:
     from reasonrl.config.base import BasePPOExpConfig
+
+# Fields only the critic / GAE read: with a critic-free estimator they do nothing.
+CRITIC_ONLY_FIELDS = (
+    "critic_pretrain",
+    "critic_lr",
+    "critic_epochs",
+    "critic_train_batch_size",
+    "critic_update_steps",
+    "value_clip",
+    "lam",
+)
 
 
 def _check_algorithm(cfg: BasePPOExpConfig) -> list[str]:
@@ -19,16 +32,12 @@ def _check_algorithm(cfg: BasePPOExpConfig) -> list[str]:
             f"advantage_estimator={est!r} compares the samples of each prompt, so n_samples_per_prompt={n} "
             "gives every sample advantage 0: set n_samples_per_prompt >= 2 (typically 8-64), or use gae"
         )
-    if est == "remax":
-        problems.append(
-            "advantage_estimator='remax' needs a greedy baseline rollout per prompt, which the trainer does not "
-            "run yet (reasonrl.algos.remax_advantages exists for custom loops): use grpo, rloo or gae"
-        )
     if cfg.dynamic_sampling and n < 2:
         problems.append(
             f"dynamic_sampling drops prompt groups with equal rewards, so n_samples_per_prompt={n} drops all: "
             "set n_samples_per_prompt >= 2 or dynamic_sampling=false"
         )
+    problems += _unused_critic_settings(cfg)
     if cfg.use_critic and cfg.critic_num_nodes == 0:
         problems.append(
             "advantage_estimator='gae' trains a critic but critic_num_nodes=0: set critic_num_nodes >= 1 "
@@ -62,12 +71,11 @@ def _check_algorithm(cfg: BasePPOExpConfig) -> list[str]:
             f"dual_clip_c={cfg.dual_clip_c} applies to policy_loss='ppo' only (got {cfg.policy_loss!r}): "
             "set dual_clip_c=none or policy_loss=ppo"
         )
-    if cfg.policy_loss == "reinforce" and (
-        cfg.policy_update_steps != 1 or cfg.policy_mini_batch_size != cfg.rollout_samples_per_step
-    ):
+    if cfg.policy_loss == "reinforce" and cfg.policy_optimizer_steps_per_rollout != 1:
         problems.append(
             "policy_loss='reinforce' has no importance ratio, so it is correct only on-policy: set "
-            "policy_update_steps=1 and train_batch_size=none (one step over the whole rollout), or use ppo"
+            "policy_epochs=1 and train_batch_size=none, policy_update_steps=none or 1 (one optimizer step over the "
+            "whole rollout), or use ppo"
         )
     if cfg.adaptive_entropy:
         lo, hi = cfg.entropy_coef_min, cfg.entropy_coef_max
@@ -86,6 +94,32 @@ def _check_algorithm(cfg: BasePPOExpConfig) -> list[str]:
     return problems
 
 
+def _unused_critic_settings(cfg: BasePPOExpConfig) -> list[str]:
+    """Critic settings (:data:`CRITIC_ONLY_FIELDS`) given to a run whose estimator trains no critic would be
+    silently ignored: refused when set on top of the recipe (command line, ``with_overrides``, constructor
+    arguments), i.e. when the value differs from the recipe class's own default (after the ``DEBUG_MODE`` shrink in
+    a debug run). Values the recipe class itself declares or inherits (a GRPO recipe derived from a PPO recipe
+    keeps its parent's ``critic_lr``) are the author's, not a mistake of this run, and pass."""
+    est = cfg.advantage_estimator
+    if cfg.use_critic or est not in ADVANTAGE_ESTIMATOR_NAMES:
+        return []
+    try:
+        recipe = type(cfg)()
+        defaults = [recipe, shrink_for_debug(recipe)] if cfg.debug else [recipe]
+    except Exception:  # noqa: BLE001 - a recipe that needs arguments: its defaults are unknown, nothing to compare
+        return []
+    changed = [name for name in CRITIC_ONLY_FIELDS if all(getattr(cfg, name) != getattr(d, name) for d in defaults)]
+    if not changed:
+        return []
+    given = ", ".join(f"{name}={getattr(cfg, name)!r}" for name in changed)
+    return [
+        f"{given}: only advantage_estimator='gae' trains a critic, so with {est!r} "
+        f"{'this setting' if len(changed) == 1 else 'these settings'} would be silently ignored: remove "
+        f"{'it' if len(changed) == 1 else 'them'}, or use advantage_estimator=gae with critic_num_nodes >= 1 "
+        f"(values the recipe {type(cfg).__name__} declares itself are accepted)"
+    ]
+
+
 def _check_batches(cfg: BasePPOExpConfig) -> list[str]:
     problems: list[str] = []
     if cfg.rollout_batch_size < 1 or cfg.n_samples_per_prompt < 1:
@@ -93,19 +127,38 @@ def _check_batches(cfg: BasePPOExpConfig) -> list[str]:
     samples = cfg.rollout_samples_per_step
     what = f"rollout_batch_size {cfg.rollout_batch_size} x n_samples_per_prompt {cfg.n_samples_per_prompt}"
     policy_ok = True
-    roles = [("train_batch_size", cfg.train_batch_size, "policy", cfg.policy_world_size)]
+    roles = [("policy", "train_batch_size", "policy_update_steps", cfg.policy_world_size)]
     if cfg.use_critic:
-        roles.append(("critic_train_batch_size", cfg.critic_train_batch_size, "critic", cfg.critic_world_size))
-    for name, size, role, world in roles:
+        roles.append(("critic", "critic_train_batch_size", "critic_update_steps", cfg.critic_world_size))
+    for role, size_name, steps_name, world in roles:
+        size, steps = getattr(cfg, size_name), getattr(cfg, steps_name)
+        if size is not None and steps is not None:
+            problems.append(
+                f"{size_name}={size} and {steps_name}={steps} both set the {role}'s mini-batches: keep one "
+                f"({steps_name} is ORZ's way: optimizer steps per pass; {size_name}: samples per step)"
+            )
+            policy_ok = policy_ok and role != "policy"
+            continue
+        if steps is not None:
+            if steps >= 1 and world >= 1 and samples < steps * world:
+                problems.append(
+                    f"{steps_name}={steps} cuts the {samples} rollout samples per step ({what}) into mini-batches "
+                    f"smaller than the {role} data-parallel world size {world}: lower {steps_name} to at most "
+                    f"{max(samples // max(world, 1), 1)} or sample more per step"
+                )
+            continue
         inherited = role == "critic" and size is None  # the critic uses the policy's mini-batch
+        if inherited and cfg.policy_update_steps is not None:
+            continue  # the policy's nearly equal parts, checked above
         if (size is not None and size < 1) or (inherited and not policy_ok):
             continue  # reported by _check_ranges / for the policy
         if size is not None and samples % size:
             problems.append(
-                f"{name}={size} does not divide the {samples} rollout samples per step ({what}): use a divisor "
-                f"of {samples} such as {_divisors_near(samples, size)}, or {name}=none"
+                f"{size_name}={size} does not divide the {samples} rollout samples per step ({what}): use a "
+                f"divisor of {samples} such as {_divisors_near(samples, size)}, {size_name}=none, or "
+                f"{steps_name} (nearly equal parts)"
             )
-            policy_ok = False
+            policy_ok = policy_ok and role != "policy"
             continue
         mini = cfg.policy_mini_batch_size if role == "policy" else cfg.critic_mini_batch_size
         if world >= 1 and mini % world:
@@ -113,12 +166,12 @@ def _check_batches(cfg: BasePPOExpConfig) -> list[str]:
             if inherited:
                 shown = f"critic_train_batch_size=none (the policy's mini-batch of {mini} samples)"
             elif size is None:
-                shown = f"{name}=none (the whole rollout, {mini} samples)"
+                shown = f"{size_name}=none (the whole rollout, {mini} samples)"
             else:
-                shown = f"{name}={size}"
+                shown = f"{size_name}={size}"
             problems.append(
                 f"{shown} is not divisible by the {role} data-parallel world size {world} ({role}_num_nodes x "
-                f"{role}_devices_per_node), so ranks would get unequal shares: set {name} to a multiple of "
+                f"{role}_devices_per_node), so ranks would get unequal shares: set {size_name} to a multiple of "
                 f"{world} that divides {samples} ({what}), or change the {role} sizes"
             )
     if cfg.vllm_num_engines >= 1 and samples % cfg.vllm_num_engines:
@@ -173,3 +226,33 @@ def _divisors_near(total: int, size: int, count: int = 3) -> str:
     divisors = [d for d in range(1, total + 1) if total % d == 0]
     nearest = sorted(divisors, key=lambda d: (abs(d - size), d))[:count]
     return ", ".join(str(d) for d in sorted(nearest))
+
+
+def _check_colocation(cfg: BasePPOExpConfig, cluster_resources=None) -> list[str]:
+    """``colocate_all`` on GPU: vLLM must sleep (its KV cache would otherwise hold the devices while DeepSpeed
+    trains), and ``vllm_gpu_memory_utilization`` must leave room, on an 80 GB device, for what stays resident while
+    vLLM is awake (every role's ZeRO parameter partition; :mod:`reasonrl.distributed.memory_model`). Models the
+    memory model has no shape for are not checked. On CPU neither applies (sleep is a no-op there)."""
+    if not cfg.colocate_all or cfg.resolved_device(cluster_resources) != "gpu":
+        return []
+    from reasonrl.distributed import memory_model
+
+    problems = []
+    if not cfg.vllm_enable_sleep:
+        problems.append(
+            "colocate_all=true with vllm_enable_sleep=false on GPU: vLLM would keep its weights and KV cache "
+            f"({cfg.vllm_gpu_memory_utilization:.0%} of each device) while DeepSpeed trains on the same devices; set "
+            "vllm_enable_sleep=true, or colocate_all=false (vLLM on its own devices)"
+        )
+    try:
+        setup = memory_model.setup_from_config(cfg)
+    except KeyError:
+        return problems
+    limit = memory_model.max_colocated_utilization(setup)
+    if cfg.vllm_gpu_memory_utilization > limit:
+        problems.append(
+            f"vllm_gpu_memory_utilization={cfg.vllm_gpu_memory_utilization} under colocate_all leaves too little of an "
+            f"80 GB device for the roles' parameter partitions that stay resident while vLLM generates (memory "
+            f"model, docs/memory.md): set vllm_gpu_memory_utilization <= {limit:.2f}"
+        )
+    return problems

@@ -51,6 +51,8 @@ def shrink_for_debug(cfg: BasePPOExpConfig):
         n_samples_per_prompt=n,
         train_batch_size=mini_batch(cfg.train_batch_size),
         critic_train_batch_size=mini_batch(cfg.critic_train_batch_size),
+        policy_update_steps=None if cfg.policy_update_steps is None else min(cfg.policy_update_steps, samples),
+        critic_update_steps=None if cfg.critic_update_steps is None else min(cfg.critic_update_steps, samples),
         generate_max_len=gen,
         overlong_buffer_len=overlong,
         eval_max_prompts=min(cfg.eval_max_prompts or 8, 8),

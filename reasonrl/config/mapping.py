@@ -75,7 +75,7 @@ def worker_config(cfg: BasePPOExpConfig, role: str, *, num_rollout_steps: int | 
             model_path=cfg.resolve_model_path(path),
             lr=cfg.actor_lr if role == "policy" else cfg.critic_lr,
             weight_decay=cfg.weight_decay,
-            warmup_steps=cfg.lr_warmup_steps * per_rollout,
+            warmup_steps=cfg.lr_warmup_steps,  # optimizer steps of this role, as ORZ / OpenRLHF / verl
             lr_schedule=cfg.lr_schedule,
             grad_clip=cfg.grad_clip,
             gradient_checkpointing=cfg.gradient_checkpointing,

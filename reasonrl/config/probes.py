@@ -1,5 +1,6 @@
 """What the local machine has: model folders and their context length, the Hugging Face cache, reward_fn files or
-modules, and the number of visible GPUs. Standard library only (torch imported lazily to count GPUs)."""
+modules, usable experiment folders, and the number of visible GPUs. Standard library only (torch imported lazily to
+count GPUs, and only when a GPU driver is present)."""
 
 from __future__ import annotations
 
@@ -103,8 +104,45 @@ def _reward_fn_problems(spec: str) -> list[str]:
     return []
 
 
+def _folder_problems(name: str, value: str, exp_name: str) -> list[str]:
+    """``ckpt_dir`` / ``log_dir`` (``name``) = ``value``: the run creates ``value/exp_name/``, which cannot work when
+    ``value`` or ``value/exp_name`` is a file, a parent of ``value`` is a file, or the folder it writes into first
+    (the nearest existing one) is not writable."""
+    root = Path(value).expanduser()
+    target = root / exp_name
+    fix = f"give {name} a folder the run can create {target}/ in"
+    for path in (root, target):
+        if path.exists() and not path.is_dir():
+            return [f"{name}={value!r}: {path} is a file, not a folder: {fix}"]
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return [f"{name}={value!r}: {existing} is a file, so {root} cannot be created inside it: {fix}"]
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return [
+            f"{name}={value!r}: {existing.resolve()} is not writable by this user, so {target} cannot be created: {fix}"
+        ]
+    return []
+
+
+def _no_gpu_driver() -> bool:
+    """True when this machine certainly has no usable GPU, told without importing torch (which takes seconds):
+    ``CUDA_VISIBLE_DEVICES`` hides every device, or (Linux) there is no NVIDIA driver, no ROCm device and no WSL GPU
+    bridge. False means: ask torch."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1"):
+        return True
+    if not os.path.isdir("/proc") or not os.path.isdir("/dev"):  # not Linux: torch decides
+        return False
+    markers = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+    return not any(os.path.exists(path) for path in markers)
+
+
 def _local_gpu_count() -> int:
-    """CUDA devices visible to this process (torch imported lazily; 0 without torch)."""
+    """CUDA devices visible to this process: 0 at once without a GPU driver (:func:`_no_gpu_driver`), else
+    ``torch.cuda.device_count()`` (torch imported lazily; 0 without torch)."""
+    if _no_gpu_driver():
+        return 0
     try:
         import torch
     except ImportError:

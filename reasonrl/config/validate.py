@@ -1,18 +1,20 @@
 """The validation rules of a config (``BasePPOExpConfig.validate`` delegates to :func:`validate_config`): types,
-names, models, data, ranges, the experiment folders and the resource request; the cross-field rules are in
-:mod:`reasonrl.config.consistency`. Never imports Ray, DeepSpeed or vLLM."""
+names, models, data, ranges and the experiment folders; the cross-field rules are in
+:mod:`reasonrl.config.consistency`, the resource request in :mod:`reasonrl.config.resources`. Never imports Ray,
+DeepSpeed or vLLM."""
 
 from __future__ import annotations
 
 import math
 import os
 import re
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reasonrl.config.consistency import _check_algorithm, _check_batches, _check_lengths
+from reasonrl.config.consistency import _check_algorithm, _check_batches, _check_colocation, _check_lengths
 from reasonrl.config.convert import _BadValue, _convert, _type_hints, _type_name
 from reasonrl.config.errors import ConfigError, _close
 from reasonrl.config.names import (
@@ -29,7 +31,8 @@ from reasonrl.config.names import (
     RESUME_MODES,
     ZERO_STAGES,
 )
-from reasonrl.config.probes import _HOW_TO_PROVIDE_MODEL, _gpu_count, _model_problems, _reward_fn_problems
+from reasonrl.config.probes import _HOW_TO_PROVIDE_MODEL, _folder_problems, _model_problems, _reward_fn_problems
+from reasonrl.config.resources import check_resources
 
 if TYPE_CHECKING:
     from reasonrl.config.base import BasePPOExpConfig
@@ -46,6 +49,7 @@ def validate_config(
         _check_models,
         _check_names,
         _check_data,
+        _list_item_problems,
         _check_ranges,
         _check_algorithm,
         _check_batches,
@@ -54,7 +58,9 @@ def validate_config(
     )
     for check in checks:
         problems += check(cfg)
-    problems += _check_resources(cfg, cluster_resources, nodes, structural_ok=not problems)
+    if not problems:  # the memory model reads sizes that the checks above vouch for
+        problems += _check_colocation(cfg, cluster_resources)
+    problems += check_resources(cfg, cluster_resources, nodes, structural_ok=not problems)
     if problems:
         raise ConfigError(problems, title=f"invalid {type(cfg).__name__}")
 
@@ -122,6 +128,11 @@ def _check_names(cfg: BasePPOExpConfig) -> list[str]:
             problems.append(f"{name}={value!r} is unknown; valid: {', '.join(map(str, valid))}{_close(value, valid)}")
     if cfg.device == "cpu" and cfg.attn_implementation == "flash_attention_2":
         problems.append("attn_implementation='flash_attention_2' needs a GPU: use attn_implementation=auto or sdpa")
+    if cfg.attn_implementation == "flash_attention_2" and not cfg.bf16:
+        problems.append(
+            "attn_implementation='flash_attention_2' runs in bf16/fp16 only and bf16=false trains in float32: set "
+            "bf16=true, or attn_implementation=auto (sdpa in float32)"
+        )
     if cfg.prompt_template not in PROMPT_TEMPLATES:
         path = Path(cfg.prompt_template).expanduser()
         if not path.is_file():
@@ -147,21 +158,81 @@ def dataset_names() -> list[str]:
     return [*BUILTIN_DATASETS, *GENERATED_DATASETS]
 
 
+def empty_item_problem(name: str, values: Sequence[str], index: int, why: str = "") -> str:
+    """The problem of ``values[index]`` (of list field ``name``) being empty; ``why`` says what it would do."""
+    return (
+        f"{name}: item {index + 1} of {len(values)} is empty ({list(values)!r}){why}; a trailing or doubled comma "
+        f"on the command line makes one: remove it (for no items at all write {name}=)"
+    )
+
+
 def data_source_problems(cfg: Any, required: bool = True) -> list[str]:
-    """Problems of ``cfg.train_data`` / ``cfg.eval_data`` (RL and SFT configs): each source must be a built-in
-    name or an existing file/folder; ``required``: train_data must not be empty."""
+    """Problems of ``cfg.train_data`` / ``cfg.eval_data`` (RL and SFT configs): no item is empty or blank (``''``
+    would be the current folder), each source must be a built-in name or an existing file/folder, a ``@<split>``
+    must name a split of a folder, a folder holding several splits must name one
+    (``reasonrl.data.sources.check_source``; no rows are read), no eval source is listed twice, and no training
+    source reads data an eval source reads (the same file, built-in name or split, or a folder holding an eval
+    file; allowed with ``allow_train_eval_overlap``); ``required``: train_data must not be empty."""
+    from reasonrl.data.eval_names import duplicate_sources
+    from reasonrl.data.overlap import shared_sources
+    from reasonrl.data.sources import DataFormatError, check_source, parse_source
+
     names = dataset_names()
     problems = []
     if required and not cfg.train_data:
         problems.append(f"train_data is empty: give at least one built-in dataset ({', '.join(names)}) or a file")
+    sources: dict[str, list[str]] = {}
     for name in ("train_data", "eval_data"):
-        for source in getattr(cfg, name):
-            if source in names or Path(source).expanduser().exists():
+        values = getattr(cfg, name)
+        sources[name] = [source for source in values if source.strip()]
+        for i, source in enumerate(values):
+            if not source.strip():
+                problems.append(empty_item_problem(name, values, i, " and as a path would load the current folder"))
                 continue
+            try:
+                check_source(source)
+            except DataFormatError as exc:
+                problems.append(f"{name}: {exc}")
+            except FileNotFoundError:
+                path_text, split = parse_source(source)
+                what = repr(source) if split is None else f"{source!r}: the path {path_text!r} before '@{split}'"
+                problems.append(
+                    f"{name}: {what} is neither a built-in dataset ({', '.join(names)}) nor an existing "
+                    f"file or folder (relative paths start at {os.getcwd()}){_close(path_text, names)}"
+                )
+    try:
+        duplicates = duplicate_sources(sources["eval_data"])
+    except DataFormatError:  # a malformed source, reported above
+        duplicates = []
+    for source in duplicates:
+        problems.append(
+            f"eval_data: duplicate entry {source!r} (the same data as an earlier entry); list each eval set once"
+        )
+    if not getattr(cfg, "allow_train_eval_overlap", False):
+        hatch = (
+            ", or set allow_train_eval_overlap=true to evaluate on training data on purpose"
+            if hasattr(cfg, "allow_train_eval_overlap")
+            else ""
+        )
+        for train, evals, shared in shared_sources(sources["train_data"], sources["eval_data"]):
+            what = "is also an eval_data entry" if train == evals else f"reads data of eval_data {evals!r} ({shared})"
             problems.append(
-                f"{name}: {source!r} is neither a built-in dataset ({', '.join(names)}) nor an existing "
-                f"file or folder (relative paths start at {os.getcwd()}){_close(source, names)}"
+                f"train_data: {train!r} {what}: the run would train on its evaluation set and report inflated "
+                f"scores; remove it from train_data (for a folder, name the training split, path@train){hatch}"
             )
+    return problems
+
+
+def _list_item_problems(cfg: BasePPOExpConfig) -> list[str]:
+    """An empty string item in a list field (``stop=a,``, ``resume_allow_changes=x,``) is never meant; the data
+    fields are checked by :func:`data_source_problems`."""
+    hints = _type_hints(type(cfg))
+    problems = []
+    for f in fields(cfg):
+        values = getattr(cfg, f.name)
+        if f.name in ("train_data", "eval_data") or typing.get_origin(hints[f.name]) is not list:
+            continue
+        problems += [empty_item_problem(f.name, values, i) for i, v in enumerate(values) if v == ""]
     return problems
 
 
@@ -203,8 +274,8 @@ def _check_ranges(cfg: BasePPOExpConfig) -> list[str]:
         "max_prompt_len",
         "generate_max_len",
         "max_tokens_per_micro_batch",
-        "policy_update_steps",
-        "critic_update_steps",
+        "policy_epochs",
+        "critic_epochs",
         "num_episodes",
         "log_interval",
         "eval_n_samples",
@@ -218,6 +289,7 @@ def _check_ranges(cfg: BasePPOExpConfig) -> list[str]:
         "reward_num_nodes",
         "reward_devices_per_node",
         "lr_warmup_steps",
+        "max_restarts",
         "eval_interval",
         "save_interval",
         "keep_last_ckpts",
@@ -226,7 +298,15 @@ def _check_ranges(cfg: BasePPOExpConfig) -> list[str]:
         "kl_horizon",
     ):
         need(name, getattr(v, name) >= 0, "must be >= 0")
-    for name in ("train_batch_size", "critic_train_batch_size", "max_steps", "eval_max_prompts", "verify_workers"):
+    for name in (
+        "train_batch_size",
+        "critic_train_batch_size",
+        "policy_update_steps",
+        "critic_update_steps",
+        "max_steps",
+        "eval_max_prompts",
+        "verify_workers",
+    ):
         need(name, getattr(v, name) is None or getattr(v, name) >= 1, "must be >= 1 (or none)")
     for name in ("vllm_max_model_len",):
         need(name, v.vllm_max_model_len is None or v.vllm_max_model_len >= 2, "must be >= 2 tokens (or none)")
@@ -253,6 +333,13 @@ def _check_ranges(cfg: BasePPOExpConfig) -> list[str]:
     need("overlong_penalty_factor", v.overlong_penalty_factor >= 0, "must be >= 0")
     need("max_sampling_tries", v.max_sampling_tries >= 1, "must be >= 1")
     need("loss_norm_constant", v.loss_norm_constant is None or v.loss_norm_constant > 0, "must be > 0 (or none)")
+    top_seed = 2**32 - max(v.vllm_num_engines, 1)
+    need(
+        "seed",
+        0 <= v.seed <= top_seed,
+        f"must be in [0, {top_seed}]: vLLM engine i is seeded with seed + i (vllm_num_engines={v.vllm_num_engines}) "
+        "and seeds NumPy, which takes seeds below 2**32",
+    )
     need("actor_lr", 0 < v.actor_lr < 1, "must be in (0, 1); typical 1e-6")
     need("critic_lr", not v.use_critic or 0 < v.critic_lr < 1, "must be in (0, 1); typical 5e-6")
     need("weight_decay", v.weight_decay >= 0, "must be >= 0")
@@ -278,68 +365,13 @@ def _check_experiment(cfg: BasePPOExpConfig) -> list[str]:
     for name in ("ckpt_dir", "log_dir"):
         if not getattr(cfg, name):
             problems.append(f"{name} is empty: give a folder (default {name.split('_')[0]!r}s)")
+        else:
+            problems += _folder_problems(name, getattr(cfg, name), cfg.exp_name)
+    names = [f.name for f in fields(cfg)]
+    for name in cfg.resume_allow_changes:
+        if name not in names:
+            problems.append(
+                f"resume_allow_changes: {name!r} is not a config field{_close(name, names, n=3)}; name the fields "
+                "that may differ from the checkpoint's config.json, e.g. resume_allow_changes=generate_max_len"
+            )
     return problems
-
-
-def _check_resources(
-    cfg: BasePPOExpConfig,
-    cluster_resources: Mapping[str, float] | None,
-    nodes: Sequence[Any] | None,
-    structural_ok: bool,
-) -> list[str]:
-    from reasonrl.distributed.placement import PlacementError, check_feasible, plan_groups
-
-    if cfg.device not in DEVICES:
-        return []  # reported by _check_names
-    given_cluster = cluster_resources is not None or bool(nodes)
-    if cfg.device != "auto":
-        device = cfg.device
-    elif given_cluster:
-        has_gpu = (cluster_resources or {}).get("GPU", 0) > 0 or any(
-            (n.get("Resources") or {}).get("GPU", 0) > 0 for n in nodes or ()
-        )
-        device = "gpu" if has_gpu else "cpu"
-    else:
-        device = "gpu"  # the bundle shape does not change the colocation rules; GPUs are counted below
-    try:
-        requests = plan_groups(cfg.role_resources(), device=device, **cfg.placement_kwargs())
-    except PlacementError as exc:
-        return [f"resources/colocation: {exc} [config: {_sizes_text(cfg)}]"]
-    if given_cluster:
-        try:
-            check_feasible(requests, cluster_resources, nodes)
-        except PlacementError as exc:
-            return [f"resources: {exc}\n    [config: {_sizes_text(cfg)}]"]
-        return []
-    if cfg.ray_address is not None or cfg.device == "cpu" or not structural_ok:
-        return []
-    # No cluster yet and a local Ray instance will be started on this machine: count its GPUs.
-    count = _gpu_count()
-    if cfg.device == "auto" and count == 0:
-        return []  # auto on a machine without GPU: the run uses the CPU
-    needed = sum(req.num_bundles for req in requests)
-    if count >= needed:
-        return []
-    layout = "; ".join(req.describe() for req in requests)
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return [
-        f"device={cfg.device!r}: the run needs {needed} GPUs ({layout}) but this machine has {count} visible"
-        + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
-        + ": lower the *_num_nodes / *_devices_per_node and vllm_num_engines fields (or colocate roles), run "
-        "with DEBUG_MODE=1 for a one-device run, set ray_address to join a larger Ray cluster"
-        + (", or use device=cpu" if count == 0 else "")
-        + f" [config: {_sizes_text(cfg)}]"
-    ]
-
-
-def _sizes_text(cfg: BasePPOExpConfig) -> str:
-    """The resource fields of the enabled roles, as the user writes them."""
-    res = cfg.role_resources()
-    parts = [
-        f"{role}_num_nodes={r.num_nodes} {role}_devices_per_node={r.devices_per_node}"
-        for role, r in res.items()
-        if role != "vllm" and r.enabled
-    ]
-    parts.append(f"vllm_num_engines={cfg.vllm_num_engines} vllm_tensor_parallel_size={cfg.vllm_tensor_parallel_size}")
-    flags = [name for name in ("colocate_all", "colocate_policy_ref", "colocate_critic_reward") if getattr(cfg, name)]
-    return ", ".join(parts) + (f", {'+'.join(flags)}=true" if flags else ", no colocation")

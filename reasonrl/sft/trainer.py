@@ -29,10 +29,11 @@ from pathlib import Path
 
 from loguru import logger
 
-from reasonrl.sft.config import SFTConfig
+from reasonrl.sft.config import NOT_WEIGHT_FIELDS, SFTConfig
 from reasonrl.sft.data import Sample, batch_order, encode_pairs, split_rows
 
 EVAL_KEY = "eval/heldout/loss"
+SFT_CONFIG_FILE = "sft_config.json"  # the config of a checkpoint (its weights-relevant fields are checked on resume)
 
 
 @dataclasses.dataclass
@@ -72,7 +73,7 @@ class SFTTrainer:
         try:
             self.group.call("save_checkpoint", str(staging / "model"), "ds")
             save_trainer_state(staging, self.state(step))
-            (staging / "sft_config.json").write_text(json.dumps(self.cfg.to_dict(), indent=1, default=str))
+            (staging / SFT_CONFIG_FILE).write_text(json.dumps(self.cfg.to_dict(), indent=1, default=str))
         except BaseException:
             self.checkpoints.abort(staging)
             raise
@@ -153,39 +154,39 @@ def run_state(cfg: SFTConfig, num_pairs: int, step: int) -> dict:
     }
 
 
-def check_resume(cfg: SFTConfig, checkpoints, path: Path, num_pairs: int) -> int:
+def check_resume(cfg: SFTConfig, path: Path, num_pairs: int) -> int:
     """The step of checkpoint ``path`` if this run can continue it exactly, else :class:`ConfigError` saying what
-    differs. Runs before Ray starts and before any log is touched."""
+    differs: each weights-relevant field (compared with the checkpoint's ``sft_config.json`` by the comparison RL
+    resumes use, ``reasonrl.config.resume``; a checkpoint without that file is compared by its config hash), the
+    data size, the step count and the world size. Runs before Ray starts and before any log is touched."""
     from reasonrl.config import ConfigError
-    from reasonrl.utils.checkpoint import load_trainer_state, step_of
+    from reasonrl.config.resume import config_changes, field_defaults, read_saved_config
+    from reasonrl.utils.checkpoint import load_trainer_state
 
     state = load_trainer_state(path)
     want = run_state(cfg, num_pairs, int(state["global_step"]))
-    differ = [f"{k}: checkpoint {state.get(k)!r}, this run {v!r}" for k, v in want.items() if state.get(k) != v]
+    differ = []
+    if (path / SFT_CONFIG_FILE).is_file():
+        saved = read_saved_config(path, SFT_CONFIG_FILE)
+        changes = config_changes(saved, cfg.to_dict(), defaults=field_defaults(type(cfg)), ignore=NOT_WEIGHT_FIELDS)
+        differ += [c.describe() for c in changes]
+        want.pop("config_sha1")  # the fields above say what differs; the hash only says that something does
+    differ += [f"{k}: checkpoint {state.get(k)!r}, this run {v!r}" for k, v in want.items() if state.get(k) != v]
     if differ:
         raise ConfigError(
             [f"cannot resume from {path}: " + "; ".join(differ)]
             + ["use resume=none (or another exp_name / ckpt_dir) to start afresh, or the config that wrote it"],
             title="resume refused",
         )
-    newer = [p.name for p in checkpoints.list_complete() if step_of(p) > step_of(path)]
-    if newer and cfg.save_interval:
-        raise ConfigError(
-            [
-                f"resume={cfg.resume!r} is older than {', '.join(newer)} in {checkpoints.root}: saving those steps "
-                "again would fail mid-run; resume from the newest one, move the newer ones away, or save_interval=0"
-            ],
-            title="resume refused",
-        )
     return int(state["global_step"])
 
 
-def _resolve_device(cfg: SFTConfig) -> str:
+def _resolve_device(cfg: SFTConfig, cluster_resources: dict[str, float]) -> str:
+    """``gpu`` or ``cpu``: ``auto`` asks the Ray cluster (after ``ray.init``), never the driver's own CUDA
+    visibility: a GPU-less head node drives GPU workers."""
     if cfg.device != "auto":
         return cfg.device
-    import torch
-
-    return "gpu" if torch.cuda.is_available() else "cpu"
+    return "gpu" if cluster_resources.get("GPU", 0) > 0 else "cpu"
 
 
 def _encode(cfg: SFTConfig, tokenizer, template) -> tuple[list[Sample], list[Sample], int]:
@@ -233,7 +234,9 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     template = get_template(cfg.prompt_template, tokenizer=tokenizer)
     train, evals, dropped = _encode(cfg, tokenizer, template)
     steps = total_steps(cfg, len(train))
-    start_step = check_resume(cfg, checkpoints, resume_from, len(train)) if resume_from else 0
+    start_step = check_resume(cfg, resume_from, len(train)) if resume_from else 0
+    if cfg.save_interval:  # this run saves: checkpoints of another history are moved aside (not deleted)
+        checkpoints.start_from(resume_from)
     logger.info(f"SFT: {len(train)} training pairs, {len(evals)} held-out pairs, {steps} steps, model {model_path}")
 
     started_ray = not ray.is_initialized()
@@ -242,7 +245,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     try:
         plan = build_placement(
             {"policy": RoleResources(cfg.num_nodes, cfg.devices_per_node)},
-            device=_resolve_device(cfg),
+            device=_resolve_device(cfg, ray.cluster_resources()),
             cpus_per_bundle=cfg.cpus_per_bundle,
         )
         group = WorkerGroup(SFTWorker, plan["policy"], name="sft")

@@ -1,19 +1,20 @@
-"""Checkpoint directories: atomic creation, the "complete" rule, retention, and resume resolution.
+"""Checkpoint directories of one experiment: atomic saves, one history, retention, and resume resolution.
 
 Layout under one experiment's root (``ckpt/<exp>/``)::
 
-    step_<n>/                  one checkpoint per saved step (n = global step, no zero padding)
-        ...                    whatever the trainer and its actors wrote (DeepSpeed folders, HF export, JSON)
-        trainer_state.json     optional, see save_trainer_state()
-        meta.json              written by commit(): step, time, manifest of every file with its size, caller meta
-        COMPLETE               written by commit() LAST, after everything else was fsynced
-    .step_<n>.tmp-<random>/    staging directory of a save in progress (or of one that crashed)
+    step_<n>/                      one checkpoint per saved step (n = global step, no zero padding)
+        ...                        whatever the trainer and its actors wrote (DeepSpeed folders, HF export, JSON)
+        trainer_state.json         optional, see save_trainer_state()
+        meta.json                  written by commit(): format, step, time, manifest (size + SHA-256 per file), meta
+        COMPLETE                   written by commit() LAST, after everything else was fsynced
+    .step_<n>.tmp-<random>/        staging directory of a save in progress (or of one that crashed)
+    step_<n>.damaged-<time>/       a checkpoint that failed the "complete" check, moved aside (never deleted)
+    step_<n>.superseded-<time>/    a checkpoint of another history of this run (see start_from), moved aside
 
-A checkpoint is **complete** when its directory is named ``step_<n>``, holds ``COMPLETE`` and ``meta.json`` that
-both record step ``n``, and every file in the manifest exists with its recorded size. Anything else is ignored
-by :meth:`CheckpointManager.latest` and refused by :meth:`CheckpointManager.resolve_resume`. Our own saves can
-only produce complete ``step_<n>`` directories (staging dir + rename); the marker and manifest also catch copies
-made by other tools (a half-finished ``rsync``/``cp`` of a checkpoint).
+"Complete" has one definition, in :mod:`reasonrl.utils.checkpoint_manifest`: marker, ``meta.json`` and every file
+of the manifest with its size and checksum. Our own saves can only produce complete ``step_<n>`` directories
+(staging dir + rename); the check catches what happened to them afterwards (a truncated or corrupted file, a
+half-finished copy).
 
 Saving works in two shapes:
 
@@ -21,11 +22,18 @@ Saving works in two shapes:
 - collectively (DeepSpeed saves from several Ray actors): ``tmp = manager.begin(step)``, pass ``tmp`` to the actors,
   they write and return, then ``manager.commit(step, tmp, meta)`` (or ``manager.abort(tmp)`` when any failed).
   The root must be on a filesystem every writer sees (one node, or a shared filesystem on clusters), and writers
-  must have closed their files before ``commit`` (DeepSpeed does) so the driver's fsync covers them.
+  must have closed their files before ``commit`` (DeepSpeed does) so the driver's fsync and checksums cover them.
 
-An existing complete ``step_<n>`` is never overwritten unless the manager was built with ``overwrite=True``
-(:meth:`begin` fails early, before the expensive save). With ``overwrite=True`` the old directory is moved aside,
-the new one renamed in, then the old one deleted: a crash in between leaves the previous checkpoint as latest.
+One run holds its root alone, so :meth:`CheckpointManager.begin` and :meth:`CheckpointManager.resolve_resume`
+delete staging directories that no save of this process is writing (left by a crash). A checkpoint is never
+deleted except by retention (:meth:`CheckpointManager.prune`) or ``overwrite=True``; everything else that is in
+the way is moved aside with a warning.
+
+One history: when a run saves step ``n``, any ``step_<m>`` with ``m >= n`` still in the root belongs to another
+continuation (a run resumed from an older checkpoint, or started afresh over an old one) and is moved aside
+(``superseded``; ``damaged`` when it fails the check), so ``resume=auto`` later continues this run. With
+``overwrite=True`` a complete ``step_<n>`` is replaced instead: the old one is moved aside, the new one renamed
+in, then the old one deleted.
 """
 
 from __future__ import annotations
@@ -45,27 +53,50 @@ from typing import Any
 
 from loguru import logger
 
-COMPLETE_MARKER = "COMPLETE"
-META_FILE = "meta.json"
+from reasonrl.utils.checkpoint_manifest import (
+    CHECKPOINT_FORMAT,
+    COMPLETE_MARKER,
+    META_FILE,
+    VERIFY_LEVELS,
+    build_manifest,
+    check_complete,
+    is_complete,
+    read_meta,
+    step_dir_name,
+    step_of,
+)
+from reasonrl.utils.paths import move_aside
+
+__all__ = [
+    "COMPLETE_MARKER",
+    "META_FILE",
+    "TRAINER_STATE_FILE",
+    "CheckpointError",
+    "CheckpointManager",
+    "NoCompleteCheckpointError",
+    "check_complete",
+    "config_hash",
+    "is_complete",
+    "load_trainer_state",
+    "read_meta",
+    "save_trainer_state",
+    "step_dir_name",
+    "step_of",
+]
+
 TRAINER_STATE_FILE = "trainer_state.json"
-CHECKPOINT_FORMAT = 1
-_STEP_DIR = re.compile(r"^step_(\d+)$")
 _STAGING_DIR = re.compile(r"^\.step_(\d+)\.(?:tmp|old)-")
+_ASIDE_DIR = re.compile(r"^step_(\d+)\.(damaged|superseded)-")
 _RESERVED_META = ("step", "time", "files", "format")
+_ACTIVE_STAGING: set[str] = set()  # staging dirs of saves in progress in this process (never cleaned up)
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be used or written (the message names the path and the reason)."""
 
 
-def step_dir_name(step: int) -> str:
-    return f"step_{int(step)}"
-
-
-def step_of(path: str | Path) -> int | None:
-    """The ``n`` of a ``step_<n>`` directory name, else ``None``."""
-    match = _STEP_DIR.match(Path(path).name)
-    return int(match.group(1)) if match else None
+class NoCompleteCheckpointError(CheckpointError):
+    """``resume=auto`` found checkpoint folders but none is complete; the message names them and the choices."""
 
 
 def config_hash(config: Any) -> str:
@@ -106,53 +137,6 @@ def _write_json_atomic(path: Path, obj: Any, *, fsync: bool = True) -> None:
         if fsync:
             os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def _manifest(root: Path) -> dict[str, int]:
-    files = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and not path.is_symlink():
-            rel = path.relative_to(root).as_posix()
-            if rel not in (META_FILE, COMPLETE_MARKER):
-                files[rel] = path.stat().st_size
-    return files
-
-
-def check_complete(path: str | Path, *, verify_files: bool = True) -> str | None:
-    """``None`` when ``path`` is a complete checkpoint, else the reason it is not (one line)."""
-    path = Path(path)
-    if not path.is_dir():
-        return "no such directory" if not path.exists() else "not a directory"
-    step = step_of(path)
-    if step is None:
-        return "directory name is not step_<n>"
-    marker = path / COMPLETE_MARKER
-    if not marker.is_file():
-        return f"no {COMPLETE_MARKER} marker (the save did not finish)"
-    try:
-        marker_step = json.loads(marker.read_text())["step"]
-        meta = json.loads((path / META_FILE).read_text())
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f"unreadable {COMPLETE_MARKER} or {META_FILE}: {exc}"
-    if marker_step != step or meta.get("step") != step:
-        return f"{COMPLETE_MARKER}/{META_FILE} record step {marker_step}/{meta.get('step')}, the name says {step}"
-    if verify_files:
-        for rel, size in meta.get("files", {}).items():
-            file = path / rel
-            if not file.is_file():
-                return f"missing file {rel}"
-            if file.stat().st_size != size:
-                return f"file {rel} has {file.stat().st_size} bytes, the manifest says {size}"
-    return None
-
-
-def is_complete(path: str | Path, *, verify_files: bool = True) -> bool:
-    return check_complete(path, verify_files=verify_files) is None
-
-
-def read_meta(path: str | Path) -> dict[str, Any]:
-    """The ``meta.json`` of a checkpoint (step, time, files, and the caller's meta keys)."""
-    return json.loads((Path(path) / META_FILE).read_text())
 
 
 def save_trainer_state(ckpt_dir: str | Path, state: dict[str, Any]) -> Path:
@@ -196,72 +180,158 @@ def _check_json_types(obj: Any, where: str) -> None:
 class CheckpointManager:
     """Checkpoints of one experiment under ``root`` (``ckpt/<exp>``); keeps the newest ``keep_last`` complete ones.
 
-    ``keep_last <= 0`` keeps everything. See the module docstring for layout, the "complete" rule and overwriting.
+    ``keep_last <= 0`` keeps everything. ``verify`` is how much of the "complete" rule a resume checks:
+    ``"full"`` (sizes and SHA-256 of every file, the default) or ``"size"`` (sizes only, for checkpoints too big to
+    read once more at resume). See the module docstring for layout, history and overwriting.
     """
 
-    def __init__(self, root: str | Path, keep_last: int, *, overwrite: bool = False, fsync: bool = True):
+    def __init__(
+        self, root: str | Path, keep_last: int, *, overwrite: bool = False, fsync: bool = True, verify: str = "full"
+    ):
+        if verify not in VERIFY_LEVELS[:2]:
+            raise ValueError(f"verify={verify!r}: a resume trusts 'full' (sizes and checksums) or 'size' checks")
         self.root = Path(root).expanduser()
         self.keep_last = int(keep_last)
         self.overwrite = overwrite
         self.fsync = fsync
+        self.verify = verify
 
     # ----- reading -----
     def path_for(self, step: int) -> Path:
         return self.root / step_dir_name(step)
 
-    def list_complete(self, *, verify_files: bool = False) -> list[Path]:
-        """Complete checkpoints, oldest step first. ``verify_files`` also checks the manifest (a stat per file)."""
+    def step_dirs(self) -> list[Path]:
+        """Every ``step_<n>`` directory, complete or not, oldest step first."""
         if not self.root.is_dir():
             return []
         found = [(step_of(p), p) for p in self.root.iterdir() if step_of(p) is not None and p.is_dir()]
-        return [p for _, p in sorted(found) if is_complete(p, verify_files=verify_files)]
+        return [p for _, p in sorted(found)]
+
+    def list_complete(self, *, verify: str = "marker") -> list[Path]:
+        """Complete checkpoints, oldest step first. The default ``verify="marker"`` only reads marker and meta (for
+        listing and retention); pass ``"size"`` or ``"full"`` to check the files too."""
+        return [p for p in self.step_dirs() if is_complete(p, verify=verify)]
+
+    def set_aside(self) -> list[Path]:
+        """Folders moved aside earlier (``step_<n>.damaged-*``, ``step_<n>.superseded-*``), by name."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p for p in self.root.iterdir() if _ASIDE_DIR.match(p.name) and p.is_dir())
 
     def latest(self) -> Path | None:
-        """The newest complete checkpoint (manifest verified; a damaged newer one is skipped with a warning)."""
-        for path in reversed(self.list_complete()):
-            reason = check_complete(path)
+        """The newest complete checkpoint (checked at ``self.verify``); damaged newer ones are skipped with a
+        warning and left in place (:meth:`resolve_resume` moves them aside)."""
+        for path in reversed(self.step_dirs()):
+            reason = check_complete(path, verify=self.verify)
             if reason is None:
                 return path
-            logger.warning(f"checkpoint {path} is damaged ({reason}); falling back to an older one")
+            logger.warning(f"checkpoint {path} is not complete ({reason}); looking at an older one")
         return None
 
+    # ----- resuming -----
     def resolve_resume(self, resume: str | Path | None) -> Path | None:
-        """What to resume from: ``"auto"`` → :meth:`latest` (``None`` when there is none), ``"none"``/``""``/``None``
-        → ``None``, anything else → that checkpoint path (a relative path that does not exist is also tried under
-        ``root``, so ``"step_100"`` works). An explicit path that is not a complete checkpoint raises
-        :class:`CheckpointError` naming it and why.
+        """What to resume from: ``"auto"`` → the newest complete checkpoint, ``"none"``/``""``/``None`` → ``None``,
+        anything else → that checkpoint path (a relative path that does not exist is also tried under ``root``, so
+        ``"step_100"`` works). Staging leftovers of a crashed save are deleted first.
+
+        ``"auto"`` walks the checkpoints newest first and moves each damaged one aside (``step_<n>.damaged-<time>``,
+        a warning names the file and what differs) before trying the next. It returns ``None`` (a fresh start) only
+        when the root holds no ``step_<n>`` folder and none set aside as damaged (folders set aside as superseded
+        were abandoned on purpose), and raises :class:`NoCompleteCheckpointError` when it holds only damaged ones,
+        never silently starting over. An explicit path that is not complete raises :class:`CheckpointError` naming it
+        and why. Nothing is deleted; call :meth:`start_from` once the resume is accepted.
         """
-        if resume is None or str(resume).strip().lower() in ("", "none"):
+        self.clean_staging()
+        text = "" if resume is None else str(resume).strip()
+        if text.lower() in ("", "none"):
             return None
-        if str(resume).strip().lower() == "auto":
-            path = self.latest()
-            logger.info(f"resume=auto: {'resuming from ' + str(path) if path else f'no checkpoint in {self.root}'}")
-            return path
-        path = Path(resume).expanduser()
+        if text.lower() == "auto":
+            return self._resolve_auto()
+        path = Path(text).expanduser()
         if not path.exists() and not path.is_absolute() and (self.root / path).exists():
             path = self.root / path
-        reason = check_complete(path)
+        reason = check_complete(path, verify=self.verify)
         if reason is not None:
             raise CheckpointError(f"cannot resume from {path}: not a complete checkpoint ({reason})")
-        newer = [p for p in self.list_complete() if step_of(p) > step_of(path)]
-        if newer and not self.overwrite:
+        others = self._other_history(path)
+        if others:
             logger.warning(
-                f"resuming from {path} while newer checkpoints exist ({', '.join(p.name for p in newer)}); saving "
-                "those steps again will fail unless they are moved away or the manager allows overwrite"
+                f"resuming from {path} while {self.root} holds {', '.join(p.name for p in others)}: they continue "
+                "another history and are moved aside (step_<m>.superseded-<time>, not deleted) when the resume starts"
             )
         return path
 
+    def _resolve_auto(self) -> Path | None:
+        damaged, moved = [], set()
+        for path in reversed(self.step_dirs()):
+            reason = check_complete(path, verify=self.verify)
+            if reason is None:
+                logger.info(f"resume=auto: resuming from {path}")
+                return path
+            aside = self._move_aside(path, "damaged", reason)
+            damaged.append(f"{path.name} (moved aside to {aside.name}: {reason})")
+            moved.add(aside.name)
+        earlier = [p.name for p in self.set_aside() if ".damaged-" in p.name and p.name not in moved]
+        damaged += [f"{name} (moved aside by an earlier resume)" for name in earlier]
+        if damaged:
+            raise NoCompleteCheckpointError(
+                f"resume=auto found no complete checkpoint in {self.root}, only damaged ones: {'; '.join(damaged)}. "
+                "Nothing was deleted, and the run does not silently start over. Choose: resume=none starts this run "
+                "afresh on purpose (its old logs are moved aside, not deleted); or repair a checkpoint, rename it "
+                "back to step_<n> and pass resume=<its path>; or use another exp_name or ckpt_dir"
+            )
+        logger.info(f"resume=auto: no checkpoint in {self.root}, starting afresh")
+        return None
+
+    def _other_history(self, path: Path | None) -> list[Path]:
+        """The ``step_<m>`` folders of this root that a run continuing ``path`` (None: a fresh start) never wrote."""
+        if path is None or Path(path).parent.resolve() != self.root.resolve():
+            return self.step_dirs()  # a fresh start, or a fork of another root's checkpoint: all of them
+        return [p for p in self.step_dirs() if step_of(p) > step_of(path)]
+
+    def start_from(self, path: str | Path | None) -> list[Path]:
+        """Make this root the history of a run continuing ``path`` (None: a fresh start). Call once the resume is
+        accepted, before training: every ``step_<m>`` it would not have written (all of them for a fresh start or a
+        checkpoint of another root, those with ``m`` above the resumed step otherwise) is moved aside as
+        ``step_<m>.superseded-<time>`` with a warning, never deleted, so that ``resume=auto`` later continues this
+        run and its saves never meet them. Returns the new paths."""
+        path = None if path is None else Path(path)
+        why = "resume=none starts afresh" if path is None else f"this run continues {path}"
+        return [self._move_aside(p, "superseded", why) for p in self._other_history(path)]
+
+    def _move_aside(self, path: Path, tag: str, why: str) -> Path:
+        aside = move_aside(path, tag)
+        logger.warning(f"checkpoint {path} moved aside to {aside.name} (not deleted): {why}")
+        return aside
+
+    def clean_staging(self) -> list[Path]:
+        """Delete staging directories no save of this process is writing (a crashed save's); returns them."""
+        if not self.root.is_dir():
+            return []
+        stale = [
+            p
+            for p in self.root.iterdir()
+            if _STAGING_DIR.match(p.name) and p.is_dir() and str(p.resolve()) not in _ACTIVE_STAGING
+        ]
+        for p in stale:
+            shutil.rmtree(p, ignore_errors=True)
+        if stale:
+            logger.warning(f"removed staging folder(s) of an interrupted save: {', '.join(p.name for p in stale)}")
+        return stale
+
     # ----- writing -----
     def begin(self, step: int) -> Path:
-        """Create and return an empty staging directory for ``step`` (in ``root``, so the final rename is atomic)."""
-        final = self.path_for(step)
-        if not self.overwrite and is_complete(final, verify_files=False):
-            raise CheckpointError(f"checkpoint {final} already exists and is complete; refusing to overwrite it")
+        """Create and return an empty staging directory for ``step`` (in ``root``, so the final rename is atomic),
+        after deleting staging leftovers of crashed saves."""
         self.root.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=self.root))
+        self.clean_staging()
+        staging = Path(tempfile.mkdtemp(prefix=f".{step_dir_name(step)}.tmp-", dir=self.root))
+        _ACTIVE_STAGING.add(str(staging.resolve()))
+        return staging
 
     def commit(self, step: int, staging_path: str | Path, meta: dict[str, Any] | None = None, *, prune=True) -> Path:
-        """Finalise a staging directory: write ``meta.json``, fsync, write ``COMPLETE``, rename to ``step_<n>``.
+        """Finalise a staging directory: write ``meta.json`` (manifest with checksums), fsync, write ``COMPLETE``,
+        move aside what is in the way (module docstring: one history), rename to ``step_<n>``.
 
         Then :meth:`prune` (unless ``prune=False``), never deleting the checkpoint just written. Returns its path.
         """
@@ -274,28 +344,42 @@ class CheckpointManager:
         clash = [k for k in _RESERVED_META if k in meta]
         if clash:
             raise ValueError(f"meta keys {clash} are reserved (written by commit)")
+        _ACTIVE_STAGING.discard(str(staging.resolve()))  # from here on, a failed commit leaves it to the cleanup
         final = self.path_for(step)
+        start = time.perf_counter()
         record = {"format": CHECKPOINT_FORMAT, "step": int(step), "time": time.time(), **meta}
-        record["files"] = _manifest(staging)
+        record["files"] = build_manifest(staging)
+        hashed_s = time.perf_counter() - start
         _write_json_atomic(staging / META_FILE, record, fsync=False)
         if self.fsync:
             _fsync_tree(staging)
         _write_json_atomic(staging / COMPLETE_MARKER, {"step": int(step)}, fsync=self.fsync)
         if self.fsync:
             _fsync_path(staging)
+        for other in self.step_dirs():  # another history's steps >= this one (module docstring)
+            if step_of(other) > step:
+                self._move_aside(other, "superseded", f"this run saved step {step} after another history's")
         aside = None
         if final.exists():
-            if is_complete(final, verify_files=False) and not self.overwrite:
-                raise CheckpointError(f"checkpoint {final} appeared meanwhile and is complete; keeping it")
-            aside = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=self.root))
-            os.rename(final, aside / final.name)  # move the old (or incomplete foreign) directory out of the way
-            logger.warning(f"replacing existing {final} (overwrite={self.overwrite})")
+            reason = check_complete(final, verify=self.verify)
+            if self.overwrite and reason is None:
+                aside = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=self.root))
+                os.rename(final, aside / final.name)
+                logger.warning(f"replacing existing {final} (overwrite=True)")
+            elif reason is None:
+                self._move_aside(final, "superseded", f"this run saved step {step} again")
+            else:
+                self._move_aside(final, "damaged", reason)
         os.rename(staging, final)
         if self.fsync:
             _fsync_path(self.root)
         if aside is not None:
             shutil.rmtree(aside, ignore_errors=True)
-        logger.info(f"checkpoint {final} complete ({len(record['files'])} files)")
+        size = sum(entry["size"] for entry in record["files"].values())
+        logger.info(
+            f"checkpoint {final} complete ({len(record['files'])} files, {size / 1e6:.1f} MB, "
+            f"checksums in {hashed_s:.2f} s)"
+        )
         if prune:
             self.prune(protect=final)
         return final
@@ -307,6 +391,7 @@ class CheckpointManager:
             shutil.rmtree(staging, ignore_errors=True)
         elif staging.exists():
             raise CheckpointError(f"refusing to delete {staging}: not a staging directory")
+        _ACTIVE_STAGING.discard(str(staging.resolve()))
 
     @contextlib.contextmanager
     def staging(self, step: int, meta: dict[str, Any] | None = None) -> Iterator[Path]:
@@ -327,27 +412,22 @@ class CheckpointManager:
             raise
 
     def prune(self, *, protect: str | Path | None = None) -> list[Path]:
-        """Delete complete checkpoints beyond the newest ``keep_last`` and stale staging directories (those of
-        steps older than the newest complete checkpoint; newer ones may belong to a save in progress).
+        """Delete complete checkpoints beyond the newest ``keep_last`` and staging directories of crashed saves.
 
-        ``protect`` (and the newest complete checkpoint) is never deleted; incomplete ``step_<n>`` directories
-        are left alone. Returns what was deleted.
+        ``protect`` (and the newest complete checkpoint) is never deleted; incomplete ``step_<n>`` directories and
+        folders moved aside are left alone. Returns what was deleted.
         """
+        doomed = self.clean_staging()
         complete = self.list_complete()
         if not complete:
-            return []
+            return doomed
         keep = {p.name for p in (complete[-self.keep_last :] if self.keep_last > 0 else complete)}
         keep.add(complete[-1].name)
         if protect is not None:
             keep.add(Path(protect).name)
-        newest = step_of(complete[-1])
-        doomed = [p for p in complete if p.name not in keep]
-        for p in self.root.iterdir():
-            match = _STAGING_DIR.match(p.name)
-            if match and p.is_dir() and int(match.group(1)) < newest:
-                doomed.append(p)
-        for p in doomed:
+        old = [p for p in complete if p.name not in keep]
+        for p in old:
             shutil.rmtree(p, ignore_errors=True)
-        if doomed:
-            logger.info(f"pruned {', '.join(p.name for p in doomed)} from {self.root}")
-        return doomed
+        if old:
+            logger.info(f"pruned {', '.join(p.name for p in old)} from {self.root}")
+        return doomed + old

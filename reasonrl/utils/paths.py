@@ -10,6 +10,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,3 +61,16 @@ def atomic_directory(final: Path, *, replace: bool = False) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def move_aside(path: str | Path, tag: str) -> Path:
+    """Rename ``path`` to ``<name>.<tag>-<YYYYmmdd-HHMMSS>`` next to it (``-2``, ``-3``... when that name is taken)
+    and return the new path. Nothing is deleted: what was set aside stays for the user to inspect or remove."""
+    path = Path(path)
+    base = path.with_name(f"{path.name}.{tag}-{time.strftime('%Y%m%d-%H%M%S')}")
+    target, n = base, 1
+    while target.exists() or target.is_symlink():
+        n += 1
+        target = base.with_name(f"{base.name}-{n}")
+    os.rename(path, target)
+    return target

@@ -14,7 +14,9 @@ Layout of one run, ``<log_dir>/<exp_name>/`` (the TensorBoard event files sit di
 Resume: a tracker built with ``start_step=s`` is the continuation of a run whose steps ``< s`` are kept. Rows with
 ``step >= s`` are dropped from ``metrics.jsonl``, ``generations/step_<n>.jsonl`` with ``n >= s`` are deleted, and
 TensorBoard is told to hide events with ``step >= s`` (``SummaryWriter(purge_step=s)``), so the logs of a resumed
-run equal those of an uninterrupted one. ``start_step=0`` therefore starts the run's logs afresh.
+run equal those of an uninterrupted one. ``start_step=0`` starts the run's logs afresh: a non-empty
+``<log_dir>/<exp_name>/`` left by an earlier run is first renamed to ``<exp_name>.prev-<YYYYmmdd-HHMMSS>`` (a
+separate run in TensorBoard), never deleted.
 
 The scalar names the trainer logs are listed, with their meaning, in :data:`SCALARS`.
 """
@@ -32,6 +34,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from loguru import logger
+
+from reasonrl.utils.paths import move_aside
 
 
 class Scalar(NamedTuple):
@@ -62,6 +66,7 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("policy/ratio_mean", "mean probability ratio pi/pi_old over response tokens"),
     Scalar("policy/ratio_max", "largest probability ratio"),
     Scalar("policy/ratio_min", "smallest probability ratio"),
+    Scalar("policy/seq_ratio_mean", "gspo: mean sequence-level ratio exp(mean_t log pi/pi_old) over sequences"),
     # critic (PPO with a value model only)
     Scalar("critic/value_loss", "value-function loss"),
     Scalar("critic/vf_clipfrac", "fraction of value predictions clipped by the value clip range"),
@@ -74,6 +79,7 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("adv/std", "standard deviation of advantages"),
     Scalar("adv/max", "largest advantage"),
     Scalar("adv/min", "smallest advantage"),
+    Scalar("adv/nonzero_frac", "fraction of response tokens with a non-zero advantage (0 = no learning signal)"),
     Scalar("returns/mean", "mean return (value target)"),
     # controllers
     Scalar("kl/coef", "current KL coefficient (fixed or from the adaptive controller)"),
@@ -83,6 +89,12 @@ SCALARS: tuple[Scalar, ...] = (
         "sampling/kept_groups_frac", "fraction of prompt groups kept by the group filter (e.g. DAPO: not all equal)"
     ),
     Scalar("sampling/tries", "generation rounds needed to fill the batch"),
+    Scalar("sampling/samples", "samples trained on this step after the group filter (target: rollout x n)"),
+    # repetition of the trained responses (reasonrl.rewards.repetition; n = 10 words, looping = 3 repeats)
+    Scalar("repetition/looping_frac", "fraction of responses in which some 10-word n-gram occurs 3+ times"),
+    Scalar("repetition/max_ngram_count_mean", "mean over responses of the largest n-gram count"),
+    Scalar("repetition/max_ngram_count_max", "largest n-gram count of any response"),
+    Scalar("repetition/rep_ratio_mean", "mean rep-n ratio: 1 - distinct n-grams / n-grams"),
     # throughput
     Scalar("perf/tokens_per_s_generate", "generated tokens per second of time/generate (all engines together)"),
     Scalar("perf/tokens_per_s_train_policy", "response tokens per second of the policy update"),
@@ -105,7 +117,13 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("sync/load_s", "seconds the engines spent loading the new weights"),
     Scalar("sync/verify_s", "seconds of the probe check (policy vs engines)"),
     Scalar("sync/probe_max_abs_diff", "max |logprob difference| between policy and engines on the probe"),
-    Scalar("reward/model_score_mean", "mean score of the learned reward model (when reward_pretrain is set)"),
+    Scalar(
+        "reward/model_score_mean",
+        "mean score of the learned reward model over every sampled response (when reward_pretrain is set); "
+        "it is part of reward/mean and of what dynamic sampling filters on",
+    ),
+    Scalar("reward/rule_mean", "mean rule (or reward_fn) reward alone, when a reward model adds its score"),
+    Scalar("reward/greedy_baseline_mean", "remax: mean final reward of the greedy response per prompt"),
     # evaluation (on steps that evaluate), see reasonrl.eval_metrics
     Scalar("eval/<dataset>/avg@k", "mean accuracy over k samples per prompt, averaged over the dataset's prompts"),
     Scalar("eval/<dataset>/pass@k", "unbiased pass@k: chance that one of k samples is correct, averaged over prompts"),
@@ -232,6 +250,9 @@ class Tracker:
         if not exp_name or "/" in exp_name or exp_name in (".", ".."):
             raise ValueError(f"exp_name must be a plain directory name, got {exp_name!r}")
         self.run_dir = Path(log_dir).expanduser() / exp_name
+        if int(start_step) == 0 and self.run_dir.is_dir() and any(self.run_dir.iterdir()):
+            aside = move_aside(self.run_dir, "prev")  # a fresh start never destroys an earlier run's logs
+            logger.warning(f"{self.run_dir} held an earlier run's logs: kept as {aside.name}, this run starts afresh")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.exp_name = exp_name
         self.start_step = int(start_step)

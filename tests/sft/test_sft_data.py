@@ -124,15 +124,39 @@ def test_resume_refuses_a_checkpoint_of_another_run(tmp_path):
         with manager.staging(step) as tmp:
             save_trainer_state(tmp, run_state(cfg, 40, step))
     step_2, step_4 = manager.path_for(2), manager.path_for(4)
-    assert check_resume(cfg, manager, step_4, 40) == 4
+    assert check_resume(cfg, step_4, 40) == 4
     with pytest.raises(ConfigError, match=r"num_train_pairs: checkpoint 40, this run 41"):
-        check_resume(cfg, manager, step_4, 41)
+        check_resume(cfg, step_4, 41)
     with pytest.raises(ConfigError, match=r"(?s)config_sha1: .*use resume=none"):
-        check_resume(SFTConfig(max_steps=5, train_batch_size=8, lr=5e-4), manager, step_4, 40)
+        check_resume(SFTConfig(max_steps=5, train_batch_size=8, lr=5e-4), step_4, 40)
     with pytest.raises(ConfigError, match=r"world_size: checkpoint 1, this run 2"):
-        check_resume(SFTConfig(max_steps=5, train_batch_size=8, devices_per_node=2), manager, step_4, 40)
-    with pytest.raises(ConfigError, match=r"older than step_4.*would fail mid-run"):
-        check_resume(cfg, manager, step_2, 40)
-    assert check_resume(SFTConfig(max_steps=5, train_batch_size=8, save_interval=0), manager, step_2, 40) == 2
+        check_resume(SFTConfig(max_steps=5, train_batch_size=8, devices_per_node=2), step_4, 40)
+    # an older checkpoint is accepted: the newer ones are moved aside by CheckpointManager.start_from
+    assert check_resume(cfg, step_2, 40) == 2
     # cosmetic fields do not block a resume
-    assert check_resume(SFTConfig(max_steps=5, train_batch_size=8, save_interval=1, log_dir="x"), manager, step_4, 40)
+    assert check_resume(SFTConfig(max_steps=5, train_batch_size=8, save_interval=1, log_dir="x"), step_4, 40)
+
+
+def test_resume_names_each_differing_field_of_the_saved_sft_config(tmp_path):
+    """With the checkpoint's sft_config.json (what every SFT save writes), the refusal names the fields that differ
+    (the comparison RL resumes use), not just a hash; cosmetic fields and fields the old file lacks (at their
+    default) still pass."""
+    from reasonrl.config import ConfigError
+    from reasonrl.sft.trainer import SFT_CONFIG_FILE, check_resume, run_state
+    from reasonrl.utils.checkpoint import CheckpointManager, save_trainer_state
+
+    cfg = SFTConfig(max_steps=5, train_batch_size=8, lr=1e-3)
+    manager = CheckpointManager(tmp_path / "ckpt", keep_last=5)
+    saved = cfg.to_dict()
+    saved.pop("packing")  # a checkpoint written before the field existed
+    with manager.staging(4) as tmp:
+        save_trainer_state(tmp, run_state(cfg, 40, 4))
+        (tmp / SFT_CONFIG_FILE).write_text(json.dumps(saved, default=str))
+    step_4 = manager.path_for(4)
+    assert check_resume(SFTConfig(max_steps=5, train_batch_size=8, lr=1e-3, log_dir="x"), step_4, 40) == 4
+    with pytest.raises(ConfigError) as err:
+        check_resume(SFTConfig(max_steps=5, train_batch_size=8, lr=5e-4, packing=True), step_4, 40)
+    text = str(err.value)
+    assert "lr: checkpoint 0.001, this run 0.0005" in text
+    assert "packing: checkpoint not recorded (default False), this run True" in text
+    assert "config_sha1" not in text and "use resume=none" in text

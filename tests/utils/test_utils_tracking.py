@@ -119,12 +119,17 @@ def test_resumed_run_logs_equal_uninterrupted_run(tmp_path):
         assert (resumed / name).read_text() == (full / name).read_text()
 
 
-def test_start_step_zero_starts_the_logs_afresh(tmp_path):
-    with Tracker(tmp_path, "exp", enabled_tensorboard=False, progress_bar=False, summary_plot=False) as tracker:
+def test_start_step_zero_starts_the_logs_afresh_and_keeps_the_old_ones_aside(tmp_path):
+    with Tracker(tmp_path, "exp", progress_bar=False, summary_plot=False) as tracker:
         tracker.log_metrics(0, {"a/x": 1.0})
+        tracker.dump_generations(0, [{"response": "old"}])
     with Tracker(tmp_path, "exp", enabled_tensorboard=False, progress_bar=False, summary_plot=False) as tracker:
         tracker.log_metrics(0, {"a/x": 2.0})
     assert without_time(read_metrics(tmp_path / "exp" / "metrics.jsonl")) == [{"step": 0, "a/x": 2.0}]
+    (old,) = tmp_path.glob("exp.prev-*")  # the earlier run's logs, whole: a separate run in TensorBoard
+    assert without_time(read_metrics(old / "metrics.jsonl")) == [{"step": 0, "a/x": 1.0}]
+    assert (old / "generations" / "step_0.jsonl").is_file() and tb_scalars(old)["a/x"] == [(0, 1.0)]
+    assert not list((tmp_path / "exp").glob("events.out.tfevents.*"))
 
 
 def test_dump_generations_keeps_text_as_is(tmp_path):

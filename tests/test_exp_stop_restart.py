@@ -1,0 +1,232 @@
+"""Ctrl-C and SIGTERM stop a real run (``python -m playground.tiny_grpo_cpu``) within seconds, save when asked,
+shut everything down (no process started by the run outlives it, nothing left in /dev/shm), exit non-zero, and
+the run resumes from the checkpoint written on the way out. A killed engine or DeepSpeed rank is restarted in the
+same process and the run ends as an uninterrupted one. The tiny recipe's reward (digit fraction) changes the
+weights every step, so equal metrics are not trivially equal.
+
+Every process the run starts is found by a tag in its environment (Ray workers, raylet, GCS, agents, vLLM and the
+reward workers all inherit the driver's environment), so other Ray instances on the machine do not disturb it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from reasonrl.utils.reaper import descendants
+from reasonrl.utils.tracking import metrics_by_step, read_metrics
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[1]
+TAG = "REASONRL_TEST_RUN_TAG"
+
+
+def tagged_pids(tag: str) -> list[int]:
+    """Live processes whose environment carries ``TAG=tag``, and their descendants (Ray's ``setproctitle`` zeroes
+    the start of a process's ``/proc/<pid>/environ``, which sometimes holds the tag; its ancestors keep theirs)."""
+    pids = set()
+    needle = f"{TAG}={tag}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    pids.add(int(entry))
+        except OSError:  # gone, or not ours to read
+            continue
+    for pid in list(pids):
+        pids.update(descendants(pid))
+    return sorted(pids)
+
+
+def shm() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def logged_steps(run_dir: Path) -> list[int]:
+    rows = metrics_by_step(read_metrics(run_dir / "metrics.jsonl"))
+    return [step for step, row in rows.items() if "reward/mean" in row]
+
+
+def start(tmp_path: Path, *overrides: str) -> tuple[subprocess.Popen, str]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    tag = uuid.uuid4().hex
+    env = dict(os.environ, **{TAG: tag, "PYTHONUNBUFFERED": "1", "REASONRL_REAPER_LOG": str(tmp_path / "reaper.log")})
+    args = [
+        f"ckpt_dir={tmp_path / 'ckpt'}",
+        f"log_dir={tmp_path / 'logs'}",
+        "exp_name=stop",
+        "max_steps=4",
+        "eval_before_training=false",
+        "eval_interval=0",
+        "eval_data=",
+        "save_interval=0",
+        "progress_bar=false",
+        *overrides,
+    ]
+    log = open(tmp_path / f"driver-{tag[:6]}.log", "w")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "playground.tiny_grpo_cpu", *args], cwd=REPO, env=env, stdout=log, stderr=log
+    )
+    return proc, tag
+
+
+def wait_for_step(proc: subprocess.Popen, run_dir: Path, step: int, timeout: float = 420) -> None:
+    deadline = time.monotonic() + timeout
+    while step not in logged_steps(run_dir):
+        assert proc.poll() is None, f"the run ended early with {proc.returncode}"
+        assert time.monotonic() < deadline, f"step {step} not logged in {timeout}s"
+        time.sleep(0.2)
+
+
+def assert_nothing_left(tag: str, shm_before: set[str], grace: float = 30.0) -> None:
+    deadline = time.monotonic() + grace
+    while tagged_pids(tag) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = tagged_pids(tag)
+    names = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:80] for pid in left if Path(f"/proc/{pid}").exists()}
+    assert not left, f"processes of the stopped run still alive after {grace}s: {names}"
+    assert not (shm() - shm_before), f"/dev/shm entries left: {sorted(shm() - shm_before)}"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict[int, dict]:
+    """The metrics of an uninterrupted 4-step run (the same config as every scenario below)."""
+    root = tmp_path_factory.mktemp("reference")
+    proc, _ = start(root)
+    assert proc.wait(timeout=600) == 0
+    return deterministic_rows(root / "logs" / "stop")
+
+
+def assert_same_metrics(want: dict[int, dict], got: dict[int, dict]) -> None:
+    assert sorted(got) == sorted(want)
+    for step in want:
+        assert want[step].keys() == got[step].keys(), step
+        diffs = {
+            k: (want[step][k], got[step][k])
+            for k in want[step]
+            if not math.isclose(want[step][k], got[step][k], rel_tol=1e-6, abs_tol=1e-9)
+        }
+        assert not diffs, f"step {step} differs from the uninterrupted run: {diffs}"
+
+
+def test_sigterm_saves_then_kill_9_loses_only_unsaved_steps_and_resume_matches(tmp_path, reference):
+    """SIGTERM after step 1 saves and exits 143; a resumed run SIGKILLed after step 3 leaves no process behind (the
+    reaper ends Ray's agents, which outlive a killed driver otherwise); the next resume ends as an uninterrupted run."""
+    shm_before = shm()
+    run_dir = tmp_path / "logs" / "stop"
+    proc, tag = start(tmp_path)
+    wait_for_step(proc, run_dir, 1)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)  # lands in step 2 (generation, forward or update)
+    code = proc.wait(timeout=120)
+    stopped_in = time.monotonic() - sent
+    assert code == 128 + signal.SIGTERM
+    assert_nothing_left(tag, shm_before)
+    saved = sorted(p.name for p in (tmp_path / "ckpt" / "stop").glob("step_*"))
+    assert saved and saved[-1] in ("step_1", "step_2"), saved  # the last completed step, saved on the way out
+    print(f"SIGTERM: exit {code} {stopped_in:.1f}s after the signal; saved {saved[-1]}")
+    # resume, then kill -9 the driver: nothing it started may outlive it
+    resumed, tag2 = start(tmp_path)
+    wait_for_step(resumed, run_dir, 3)
+    resumed.kill()
+    resumed.wait(timeout=30)
+    assert_nothing_left(tag2, shm_before)
+    # resume again: from the SIGTERM checkpoint (nothing was saved since), to the end, as if never interrupted
+    final, tag3 = start(tmp_path)
+    assert final.wait(timeout=600) == 0
+    assert_nothing_left(tag3, shm_before)
+    assert_same_metrics(reference, deterministic_rows(run_dir))
+
+
+def test_ctrl_c_once_saves_then_the_resumed_run_stopped_by_ctrl_c_twice_stops_at_once(tmp_path):
+    """One Ctrl-C finishes the phase, saves the last completed step (save_on_interrupt=true) and exits 130; the run
+    resumed from that checkpoint, stopped by two Ctrl-C without saving, exits 130 at once and writes nothing."""
+    shm_before = shm()
+    run_dir = tmp_path / "logs" / "stop"
+    proc, tag = start(tmp_path, "save_on_interrupt=true")
+    wait_for_step(proc, run_dir, 1)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    code = proc.wait(timeout=120)
+    stopped_in = time.monotonic() - sent
+    assert code == 130
+    assert_nothing_left(tag, shm_before)
+    steps = logged_steps(run_dir)
+    saved = sorted(p.name for p in (tmp_path / "ckpt" / "stop").glob("step_*"))
+    assert saved == [f"step_{steps[-1]}"]  # the last completed (logged) step, nothing later
+    print(f"Ctrl-C once: exit {code} {stopped_in:.1f}s after the signal; saved {saved[-1]}")
+
+    resumed, tag2 = start(tmp_path, "save_on_interrupt=false")
+    wait_for_step(resumed, run_dir, steps[-1] + 1)  # resumed from the checkpoint, then trained one more step
+    sent = time.monotonic()
+    resumed.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    resumed.send_signal(signal.SIGINT)
+    code = resumed.wait(timeout=120)
+    stopped_in = time.monotonic() - sent
+    assert code == 130
+    assert_nothing_left(tag2, shm_before)
+    assert sorted(p.name for p in (tmp_path / "ckpt" / "stop").glob("step_*")) == saved  # no save asked, none written
+    print(f"Ctrl-C twice: exit {code} {stopped_in:.1f}s after the first signal")
+
+
+def kill_actor(tag: str, actor: str) -> int:
+    """SIGKILL the first process of the tagged run whose title is ``ray::<actor>`` (an OOM kill looks the same)."""
+    for pid in tagged_pids(tag):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if title.startswith(f"ray::{actor}".encode()):
+            os.kill(pid, signal.SIGKILL)
+            return pid
+    raise AssertionError(f"no ray::{actor} process in the run")
+
+
+# timings, and the engine-vs-trainer probe difference (float noise of two implementations, not training state)
+TIMING = ("time/", "perf/", "sync/gather_s", "sync/load_s", "sync/verify_s", "sync/total_s", "sync/probe")
+
+
+def deterministic_rows(run_dir: Path) -> dict[int, dict]:
+    rows = metrics_by_step(read_metrics(run_dir / "metrics.jsonl"))
+    return {step: {k: v for k, v in row.items() if not k.startswith(TIMING)} for step, row in rows.items()}
+
+
+def test_killed_engine_and_policy_worker_are_restarted_and_the_run_matches(tmp_path, reference):
+    """kill -9 the vLLM engine after step 1 and a DeepSpeed policy rank after step 3: the run restarts its actors,
+    resumes from the newest checkpoint in the same process, and ends with the metrics of an uninterrupted run."""
+    common = ("save_interval=1", "keep_last_ckpts=2", "max_restarts=2")
+    shm_before = shm()
+    run_dir = tmp_path / "logs" / "stop"
+    proc, tag = start(tmp_path, *common)
+    wait_for_step(proc, run_dir, 1)
+    kill_actor(tag, "VLLMEngine")
+    wait_for_step(proc, run_dir, 3)
+    kill_actor(tag, "PolicyWorker")
+    assert proc.wait(timeout=600) == 0
+    assert_nothing_left(tag, shm_before)
+    log = next(tmp_path.glob("driver-*.log")).read_text()
+    assert log.count("a worker died") == 2, "expected two restarts"
+    assert_same_metrics(reference, deterministic_rows(run_dir))
+    # A damaged newest checkpoint (bytes cut after it committed): resume=auto sets it aside, falls back to step 3,
+    # trains step 4 again (as the reference did) and saves it again, then step 5.
+    state = tmp_path / "ckpt" / "stop" / "step_4" / "trainer_state.json"
+    state.write_bytes(state.read_bytes()[:-5])
+    again, tag3 = start(tmp_path, *common, "max_steps=5")
+    assert again.wait(timeout=600) == 0
+    assert_nothing_left(tag3, shm_before)
+    assert list((tmp_path / "ckpt" / "stop").glob("step_4.damaged-*"))
+    assert (tmp_path / "ckpt" / "stop" / "step_5" / "COMPLETE").exists()
+    redone = deterministic_rows(run_dir)
+    assert sorted(redone) == [1, 2, 3, 4, 5]
+    assert_same_metrics({4: reference[4]}, {4: redone[4]})
