@@ -35,7 +35,7 @@ from typing import Any
 
 from loguru import logger
 
-from reasonrl.distributed.platform import apply_runtime_env, dist_backend
+from reasonrl.distributed.platform import apply_runtime_env, device_type, dist_backend
 
 SCHEDULES = ("constant", "linear", "cosine")
 OPTIMIZER_IMPLS = ("auto", "torch", "fused", "cpu_adam")
@@ -59,7 +59,7 @@ def build_ds_config(
     offload_optimizer: bool = False,
     offload_params: bool = False,
     train: bool = True,
-    grad_accum_dtype: str | None = None,
+    grad_accum_dtype: str | None = "auto",
 ) -> dict[str, Any]:
     """A DeepSpeed config dict. Invalid values raise ``ValueError`` naming the field.
 
@@ -79,7 +79,12 @@ def build_ds_config(
             wrap those with :func:`initialize_frozen`.
         grad_accum_dtype: ``"fp32"`` or ``"bf16"`` gradient accumulation (``data_types.grad_accum_dtype``); the
             DeepSpeed default (``None``) accumulates in the model dtype. ``"fp32"`` with ``bf16`` needs ZeRO >= 1.
+            ``"auto"`` (the default) is ``"fp32"`` for bf16 training under ZeRO >= 1 (bf16 accumulation loses
+            ~0.4% of the gradient at 8 micro-batches, ~1.4% at 128) and ``None`` otherwise (fp32 models, ZeRO-0,
+            frozen models).
     """
+    if grad_accum_dtype == "auto":
+        grad_accum_dtype = "fp32" if bf16 and train and zero_stage in (1, 2, 3) else None
     positive_ints = {"micro_batch_size_per_rank": micro_batch_size_per_rank, "grad_accum_steps": grad_accum_steps}
     positive_ints["world_size"] = world_size
     for field, value in positive_ints.items():
@@ -233,14 +238,12 @@ def optimizer_param_groups(model, weight_decay: float) -> list[dict[str, Any]]:
 
 def optimizer_impl(ds_config: dict[str, Any] | None = None, impl: str = "auto") -> str:
     """Resolve ``impl`` for :func:`make_optimizer`: ``"auto"`` gives ``"cpu_adam"`` when ``ds_config`` offloads
-    the optimizer, else ``"fused"`` on CUDA, else ``"torch"``; other values are checked and returned."""
-    import torch
-
+    the optimizer, else ``"fused"`` on a GPU placement, else ``"torch"``; other values are checked and returned."""
     _require(impl in OPTIMIZER_IMPLS, "impl", f"must be one of {OPTIMIZER_IMPLS}, got {impl!r}")
     if impl != "auto":
         return impl
     offload = ((ds_config or {}).get("zero_optimization", {}).get("offload_optimizer") or {}).get("device")
-    return "cpu_adam" if offload in ("cpu", "nvme") else "fused" if torch.cuda.is_available() else "torch"
+    return "cpu_adam" if offload in ("cpu", "nvme") else "fused" if device_type() == "cuda" else "torch"
 
 
 def make_optimizer(

@@ -43,8 +43,11 @@ Node layout. Groups use the ``PACK`` strategy: Ray fills as few nodes as possibl
 devices hosts ``D`` bundles of a group, and a request of ``N x D`` lands on ``N`` nodes on a cluster of ``D``-device
 nodes. ``STRICT_PACK`` would forbid a group from spanning nodes and ``STRICT_SPREAD`` would put at most one bundle
 per node, so neither fits ``N x D``. DeepSpeed ranks work wherever their bundles land; the one hard locality need
-is a vLLM engine's ``tp`` bundles (one engine runs on one node), which the feasibility check accounts for and
-which is verified once the groups are ready (``bundles_to_node_id``), failing with a clear error otherwise.
+is a vLLM engine's ``tp`` bundles (one engine runs on one node), which the feasibility check accounts for. Groups
+with such blocks are created first; once the groups are ready, a block Ray split over nodes is replaced by a
+node-aligned one (``bundles_to_node_id``, :func:`node_aligned_blocks`), with a clear error when none exists.
+The engine actor of a ``tp > 1`` block holds no GPU; vLLM's Ray executor starts its workers on the block
+(:meth:`RolePlacement.env_vars`). Each actor's device environment comes from its bundles, never the driver.
 
 Never hang. :func:`build_placement` first compares the whole request with the alive nodes' resources
 (:func:`check_feasible`, pure) and raises :class:`PlacementError` naming the roles, what they asked for, what the
@@ -64,9 +67,17 @@ from typing import Any
 
 from loguru import logger
 
+from reasonrl.distributed.feasibility import (
+    EPS,
+    fmt_devices,
+    fmt_res,
+    infeasible_message,
+    node_capacities,
+    packing_problems,
+)
+
 ROLES = ("policy", "ref", "critic", "reward", "vllm")
 TRAIN_ROLES = ("policy", "ref", "critic", "reward")
-_EPS = 1e-6
 
 
 class PlacementError(ValueError):
@@ -133,7 +144,7 @@ class GroupRequest:
     def describe(self) -> str:
         """``"policy+ref (colocated): 2 nodes x 8 GPU = 16 GPU bundles of {GPU: 1, CPU: 1}"``."""
         kind = "GPU" if self.bundle.get("GPU", 0) > 0 else "CPU"
-        return f"{self.label}: {self.shape} = {self.num_bundles} {kind} bundles of {_fmt_res(self.bundle)}{self.note}"
+        return f"{self.label}: {self.shape} = {self.num_bundles} {kind} bundles of {fmt_res(self.bundle)}{self.note}"
 
 
 @dataclasses.dataclass
@@ -144,7 +155,14 @@ class RolePlacement:
     of a vLLM engine (first one = ``bundle_indices[i]``). An engine with ``tp > 1`` on GPUs needs its tensor-parallel
     workers on the other bundles of its block (e.g. vLLM's Ray executor pointed at those bundles); one 1-GPU bundle
     cannot give a single actor ``tp`` GPUs. ``num_gpus_per_actor`` / ``num_cpus_per_actor`` are the share of one
-    bundle each actor may ask for: ``1/k`` of it when ``k`` roles share the bundles.
+    bundle each actor may ask for: ``1/k`` of it when ``k`` roles share the bundles. ``device`` (``"gpu"`` /
+    ``"cpu"``: the kind of the bundles) sets each actor's environment (:meth:`env_vars`).
+
+    vLLM engines with ``tp > 1`` (vLLM 0.32's Ray executor, ``RayExecutorV2``): the engine actor holds no GPU
+    (``num_gpus=0``, its CPU share only) and captures child tasks into the group; vLLM starts one worker actor per
+    tensor-parallel rank on exactly the bundles named in ``VLLM_RAY_BUNDLE_INDICES`` (the engine's block), each
+    asking ``VLLM_RAY_PER_WORKER_GPUS`` = this role's GPU share of a bundle (1, or ``1/k`` when colocated).
+    Without those variables vLLM takes the group's first ``tp`` GPU bundles for every engine.
     """
 
     role: str
@@ -155,24 +173,54 @@ class RolePlacement:
     num_cpus_per_actor: float
     colocated_with: tuple[str, ...]
     group_name: str
+    device: str = "gpu"
 
     @property
     def num_actors(self) -> int:
         return len(self.bundle_indices)
 
+    @property
+    def tensor_parallel_size(self) -> int:
+        """Bundles per actor: a vLLM engine's ``tp`` (1 for DeepSpeed ranks)."""
+        return len(self.engine_bundle_indices[0]) if self.engine_bundle_indices else 1
+
+    @property
+    def spawns_tp_workers(self) -> bool:
+        """Whether each actor is a vLLM engine whose tensor-parallel workers are separate Ray actors (GPU, tp > 1;
+        on CPU vLLM runs them as processes of the engine actor)."""
+        return self.role == "vllm" and self.tensor_parallel_size > 1 and self.device == "gpu"
+
     def scheduling_strategy(self, i: int):
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         return PlacementGroupSchedulingStrategy(
-            placement_group=self.placement_group, placement_group_bundle_index=self.bundle_indices[i]
+            placement_group=self.placement_group,
+            placement_group_bundle_index=self.bundle_indices[i],
+            placement_group_capture_child_tasks=self.spawns_tp_workers,
         )
 
+    def env_vars(self, i: int) -> dict[str, str]:
+        """Environment of actor ``i``: its placement's device environment (``platform.runtime_env_vars``, with
+        ``REASONRL_DEVICE``), plus, for a vLLM engine with ``tp > 1``, the bundles and GPU share of its workers."""
+        from reasonrl.distributed.platform import runtime_env_vars
+
+        env = runtime_env_vars(on_gpu=self.device == "gpu")
+        if self.spawns_tp_workers:
+            env["VLLM_RAY_BUNDLE_INDICES"] = ",".join(str(b) for b in self.engine_bundle_indices[i])
+            env["VLLM_RAY_PER_WORKER_GPUS"] = f"{self.num_gpus_per_actor:g}"
+        return env
+
+    def actor_resources(self, i: int) -> dict[str, float]:
+        """``num_cpus`` / ``num_gpus`` of actor ``i`` in its bundle. A vLLM engine with ``tp > 1`` asks no GPU
+        itself: its workers do, one per bundle of its block (:meth:`env_vars`)."""
+        return dict(num_cpus=self.num_cpus_per_actor, num_gpus=0 if self.spawns_tp_workers else self.num_gpus_per_actor)
+
     def actor_options(self, i: int) -> dict[str, Any]:
-        """``ray.remote(...).options(**role.actor_options(i))`` for actor ``i``: resources and bundle."""
+        """``ray.remote(...).options(**role.actor_options(i))`` for actor ``i``: resources, bundle, environment."""
         return dict(
-            num_cpus=self.num_cpus_per_actor,
-            num_gpus=self.num_gpus_per_actor,
+            **self.actor_resources(i),
             scheduling_strategy=self.scheduling_strategy(i),
+            runtime_env={"env_vars": self.env_vars(i)},
         )
 
 
@@ -339,7 +387,7 @@ def check_feasible(
     some node, that the nodes have enough bundle slots in all, and that each vLLM engine's ``tp`` bundles fit
     on a single node. The bundles of one plan all have the same shape, for which this slot count is exact.
     """
-    caps = _node_capacities(cluster_resources, nodes)
+    caps = node_capacities(cluster_resources, nodes)
     totals: dict[str, float] = {}
     for _, cap in caps:
         for res, amount in cap.items():
@@ -352,119 +400,12 @@ def check_feasible(
     problems = [
         f"{need[res]:g} {res} requested, the cluster has {totals.get(res, 0):g}"
         for res in sorted(need)
-        if need[res] > totals.get(res, 0.0) + _EPS
+        if need[res] > totals.get(res, 0.0) + EPS
     ]
     if not problems:
-        problems = _packing_problems(requests, caps)
+        problems = packing_problems(requests, caps)
     if problems:
-        raise PlacementError(_infeasible_message(requests, caps, problems))
-
-
-def _node_capacities(
-    cluster_resources: Mapping[str, float] | None, nodes: Sequence[Mapping[str, Any]] | None
-) -> list[tuple[str, dict[str, float]]]:
-    def clean(resources: Mapping[str, float]) -> dict[str, float]:
-        return {k: float(v) for k, v in resources.items() if not k.startswith("node:")}
-
-    if nodes:
-        alive = [n for n in nodes if n.get("Alive", n.get("alive", False))]
-        return [
-            (str(n.get("NodeManagerAddress") or n.get("NodeID", "?")), clean(n.get("Resources", {}))) for n in alive
-        ]
-    if cluster_resources:
-        return [("cluster", clean(cluster_resources))]
-    return []
-
-
-def _slots(cap: Mapping[str, float], bundle: Mapping[str, float]) -> int:
-    """How many ``bundle``s fit into ``cap``."""
-    return min(int(math.floor(cap.get(res, 0.0) / amount + _EPS)) for res, amount in bundle.items() if amount > 0)
-
-
-def _packing_problems(requests: Sequence[GroupRequest], caps: list[tuple[str, dict[str, float]]]) -> list[str]:
-    """Bundle-slot check per node: largest node-local blocks first, into the node with the most free slots."""
-    problems = []
-    by_shape: dict[tuple, list[GroupRequest]] = {}
-    for req in requests:
-        by_shape.setdefault(tuple(sorted(req.bundle.items())), []).append(req)
-    for shape_key, reqs in by_shape.items():
-        bundle = dict(shape_key)
-        free = [_slots(cap, bundle) for _, cap in caps]
-        if not any(free):
-            problems.append(f"one bundle {_fmt_res(bundle)} fits on no alive node")
-            continue
-        for req in reqs:
-            for block in sorted(req.node_local_blocks, key=len, reverse=True):
-                best = max(range(len(free)), key=free.__getitem__)
-                if free[best] < len(block):
-                    problems.append(
-                        f"{req.name}: a vLLM engine needs its {len(block)} tensor-parallel bundles on one node, "
-                        f"and no alive node has {len(block)} free bundle slots ({_fmt_res(bundle)} each) left; "
-                        f"largest has {free[best]}"
-                    )
-                    return problems
-                free[best] -= len(block)
-        singles = sum(r.num_bundles - sum(len(b) for b in r.node_local_blocks) for r in reqs)
-        if singles > sum(free):
-            total_slots = sum(_slots(cap, bundle) for _, cap in caps)
-            problems.append(
-                f"{sum(r.num_bundles for r in reqs)} bundles of {_fmt_res(bundle)} requested, the alive nodes "
-                f"have room for {total_slots} (per node: {[_slots(cap, bundle) for _, cap in caps]})"
-            )
-    return problems
-
-
-def _infeasible_message(
-    requests: Sequence[GroupRequest], caps: list[tuple[str, dict[str, float]]], problems: list[str]
-) -> str:
-    roles = sorted({r for req in requests for r in req.roles}, key=ROLES.index)
-    gpu = any(req.bundle.get("GPU", 0) > 0 for req in requests)
-    has_gpu = any(cap.get("GPU", 0) > 0 for _, cap in caps)
-    lines = [f"placement for {', '.join(roles)} cannot be satisfied by this Ray cluster (checked before waiting):"]
-    lines += ["  asked for:"] + [f"    {req.describe()}" for req in requests]
-    lines += ["  cluster has: " + _describe_cluster(caps)]
-    lines += ["  problem: " + p for p in problems]
-    fixes = []
-    if gpu and not has_gpu:
-        fixes.append("this cluster has no GPU: use device='cpu' (CPU bundles) or join GPU nodes")
-    fixes.append(
-        "reduce num_nodes / devices_per_node of the roles above (vllm: num_engines / tensor_parallel_size)"
-        + (
-            ""
-            if len(requests) == 1
-            else ", or colocate roles (colocate_all, colocate_policy_ref, colocate_critic_reward)"
-        )
-    )
-    if not gpu:
-        fixes.append(
-            "on a CPU machine: lower cpus_per_bundle or start Ray with more logical CPUs (ray start --num-cpus=N)"
-        )
-    fixes.append("add nodes: run `ray start --address=<head-ip>:6379` on each extra machine")
-    lines += ["  to fix:"] + [f"    - {fix}" for fix in fixes]
-    return "\n".join(lines)
-
-
-def _describe_cluster(caps: list[tuple[str, dict[str, float]]]) -> str:
-    if not caps:
-        return "no alive node"
-    totals: dict[str, float] = {}
-    for _, cap in caps:
-        for res, amount in cap.items():
-            totals[res] = totals.get(res, 0.0) + amount
-    n = len(caps)
-    text = f"{n} alive node{'s' if n != 1 else ''} with {_fmt_devices(totals)}"
-    if n > 1:
-        shown = "; ".join(f"{addr}: {_fmt_devices(cap)}" for addr, cap in caps[:8])
-        text += f" in all ({shown}{'; ...' if n > 8 else ''})"
-    return text
-
-
-def _fmt_devices(res: Mapping[str, float]) -> str:
-    return f"{res.get('GPU', 0):g} GPU, {res.get('CPU', 0):g} CPU"
-
-
-def _fmt_res(res: Mapping[str, float]) -> str:
-    return "{" + ", ".join(f"{k}: {v:g}" for k, v in res.items()) + "}"
+        raise PlacementError(infeasible_message(requests, caps, problems))
 
 
 # ---------------------------------------------------------------------------------------------------- Ray
@@ -506,18 +447,36 @@ def build_placement(
     plan = PlacementPlan(device=device, roles={}, groups=created)
     try:
         suffix = uuid.uuid4().hex[:6]
-        for req in requests:
-            bundles = [dict(req.bundle) for _ in range(req.num_bundles)]
-            pg = placement_group(bundles, strategy=req.strategy, name=f"reasonrl-{req.name}-{suffix}")
-            created.append((req, pg))
-        _wait_ready(created, ready_timeout_s)
+        # Groups with tensor-parallel blocks first, and ready before the others start: Ray places groups in
+        # creation order, and single bundles placed first would fragment the nodes the blocks need (as the
+        # feasibility check assumes: largest blocks first).
+        first = [req for req in requests if req.node_local_blocks]
+        for batch in (first, [req for req in requests if not req.node_local_blocks]):
+            if not batch:
+                continue
+            for req in batch:
+                bundles = [dict(req.bundle) for _ in range(req.num_bundles)]
+                pg = placement_group(bundles, strategy=req.strategy, name=f"reasonrl-{req.name}-{suffix}")
+                created.append((req, pg))
+            _wait_ready(created, ready_timeout_s)
         _check_node_locality(plan)
     except BaseException:
         remove_placement(plan)
         raise
-    for req, pg in created:
+    plan.roles.update(role_placements(created, device))
+    logger.info(
+        f"placement ready ({device}): "
+        + "; ".join(f"{req.describe()}, per actor {req.num_gpus_per_actor:g} GPU" for req, _ in created)
+    )
+    return plan
+
+
+def role_placements(groups: Iterable[tuple[GroupRequest, Any]], device: str) -> dict[str, RolePlacement]:
+    """Every role's :class:`RolePlacement` in ``(request, placement group)`` pairs (pure: the group may be None)."""
+    roles = {}
+    for req, pg in groups:
         for role, blocks in req.actors.items():
-            plan.roles[role] = RolePlacement(
+            roles[role] = RolePlacement(
                 role=role,
                 placement_group=pg,
                 bundle_indices=[b[0] for b in blocks],
@@ -526,12 +485,9 @@ def build_placement(
                 num_cpus_per_actor=req.num_cpus_per_actor,
                 colocated_with=tuple(r for r in req.roles if r != role),
                 group_name=req.name,
+                device=device,
             )
-    logger.info(
-        f"placement ready ({device}): "
-        + "; ".join(f"{req.describe()}, per actor {req.num_gpus_per_actor:g} GPU" for req, _ in created)
-    )
-    return plan
+    return roles
 
 
 def _warn_if_busy(requests: Sequence[GroupRequest], available: Mapping[str, float]) -> None:
@@ -563,26 +519,51 @@ def _wait_ready(created: list[tuple[GroupRequest, Any]], timeout_s: float) -> No
             f"{time.monotonic() - start:.0f}s (ready_timeout_s={timeout_s:g}); the cluster is big enough, so its "
             f"resources are probably held by other jobs, actors or placement groups:\n"
             + "".join(f"  waiting: {req.describe()}\n" for req in waiting)
-            + f"  free now: {_fmt_devices(available)}\n"
+            + f"  free now: {fmt_devices(available)}\n"
             f"  to fix: free those resources (`ray status`, `ray list placement-groups`), raise ready_timeout_s, "
             f"or make the request smaller. The groups created by this call were removed."
         )
 
 
 def _check_node_locality(plan: PlacementPlan) -> None:
+    """Record where Ray put each bundle and give every vLLM engine ``tp`` bundles of one node.
+
+    ``PACK`` does not keep a block of consecutive bundles on one node (a group may start on a node another group
+    half fills), so engines whose block straddles nodes are given node-aligned blocks instead
+    (:func:`node_aligned_blocks`); :class:`PlacementError` when the nodes cannot hold whole blocks."""
     from ray.util.placement_group import placement_group_table
 
-    for req, pg in plan.groups:
-        where = {int(k): v for k, v in placement_group_table(pg).get("bundles_to_node_id", {}).items()}
+    for k, (req, pg) in enumerate(plan.groups):
+        where = {int(b): n for b, n in placement_group_table(pg).get("bundles_to_node_id", {}).items()}
         plan.bundle_nodes[req.name] = where
-        for block in req.node_local_blocks:
-            nodes = {where.get(b) for b in block}
-            if len(nodes) > 1:
-                raise PlacementError(
-                    f"{req.label}: Ray placed the {len(block)} tensor-parallel bundles {list(block)} of one vLLM "
-                    f"engine on {len(nodes)} different nodes; an engine must run on one node. Free whole nodes "
-                    f"(or use a tensor_parallel_size that divides the free devices per node)."
-                )
+        if req.node_local_blocks and any(len({where.get(b) for b in block}) > 1 for block in req.node_local_blocks):
+            blocks = node_aligned_blocks(req.actors["vllm"], where, req.label)
+            logger.info(f"{req.label}: vLLM engine bundles re-aligned to nodes: {[list(b) for b in blocks]}")
+            actors = dict(req.actors) | {"vllm": blocks}
+            plan.groups[k] = (dataclasses.replace(req, actors=actors, node_local_blocks=blocks), pg)
+
+
+def node_aligned_blocks(
+    blocks: Sequence[tuple[int, ...]], where: Mapping[int, str], label: str = "vllm"
+) -> tuple[tuple[int, ...], ...]:
+    """The bundles of ``blocks`` (one per engine, ``tp`` each) regrouped so that each block lies on one node
+    (``where``: bundle -> node id); blocks already on one node keep their place. Pure."""
+    tp = len(blocks[0])
+    keep = [b for b in blocks if len({where.get(x) for x in b}) == 1]
+    loose: dict[str, list[int]] = {}
+    for b in blocks:
+        if b not in keep:
+            for x in b:
+                loose.setdefault(where.get(x), []).append(x)
+    new = [tuple(sorted(xs)[i : i + tp]) for xs in loose.values() for i in range(0, len(xs) - tp + 1, tp)]
+    if len(keep) + len(new) < len(blocks):
+        raise PlacementError(
+            f"{label}: Ray spread the bundles of the vLLM engines over nodes so that only {len(keep) + len(new)} of "
+            f"{len(blocks)} engines can have their {tp} tensor-parallel bundles on one node (per node: "
+            f"{ {n: len(xs) for n, xs in loose.items()} }); an engine must run on one node. Free whole nodes "
+            f"(or use a tensor_parallel_size that divides the free devices per node)."
+        )
+    return tuple(sorted(keep + new))
 
 
 def remove_placement(plan: PlacementPlan | Iterable[Any]) -> None:

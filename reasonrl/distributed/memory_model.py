@@ -1,0 +1,331 @@
+"""Per-device memory of one PPO step, phase by phase: an estimate from the model's shape, never a measurement.
+
+Pure Python (no torch). From a Hugging Face model config (:class:`ModelShape`; :data:`QWEN25` holds the published
+Qwen2.5 0.5B/1.5B/7B/32B values, since configs cannot be downloaded here) and the experiment's settings (ZeRO stage,
+data-parallel size, offload, bf16, gradient checkpointing, micro-batch token budget, vLLM utilisation, sleep), it
+computes the resident bytes of every component on one device in every phase of a colocated step
+(:data:`COLOCATED_PHASES`, the same sequence :class:`reasonrl.distributed.phases.PhaseMachine` walks, with the same
+residency table :data:`RESIDENT`) and on each device group of a split-placement step.
+
+Formulas (``P`` parameters, ``N`` the role's data-parallel size, ``w`` bytes per weight: 2 in bf16, 4 in fp32,
+``T`` the micro-batch token budget, ``h`` hidden size, ``I`` intermediate size, ``L`` layers, ``V`` vocabulary):
+
+* parameters: ``w P / N`` under ZeRO-3 (partitioned), ``w P`` below.
+* gradients: ``4 P / N`` at ZeRO >= 2 (bf16 training accumulates gradients in fp32), ``4 P`` below; 0 for frozen roles.
+* optimizer: fp32 master weights + Adam m and v = ``12 P / N`` at ZeRO >= 1 (``12 P`` at 0; the master copy only in
+  bf16: ``8 P / N`` in fp32); 0 on the device with ``optimizer_offload``.
+* ZeRO-3 gather working set: the layer being computed and the prefetched next one, plus the embedding (or the
+  output head), gathered in full: ``w (2 P_layer + V h)``.
+* activations: with gradient checkpointing each layer keeps its input (``L T h w``) and one layer is recomputed in
+  full (``T w (8 h + 4 I)``: q/k/v/o, two residual streams and norms, gate/up/activation/product of the MLP; flash
+  attention stores no ``T^2`` term); without checkpointing every layer keeps its full set (``L T w (8 h + 4 I)``).
+  Frozen roles (forward only, no graph) keep one layer's set.
+* logits: the budget's tokens x vocabulary: bf16 logits, their fp32 upcast and the fp32 log-softmax gradient,
+  ``T V (w + 8)`` (an upper bound: only response positions need logits). The critic's value head: ``4 T``.
+* vLLM: ``gpu_memory_utilization x device`` while generating (weights, KV cache, activations and CUDA graphs all live
+  in that budget; vLLM refuses to start with less free); its weights alone, ``w P / TP``, in the SYNC phase (woken
+  with ``tags=["weights"]``); nothing while asleep (sleep level 2 discards the weights too).
+* weight sync: one bucket (``sync_bucket_mb``) in flight.
+
+Not modelled: the CUDA context (~0.5 GB per process, two processes per device under colocation), allocator
+fragmentation, NCCL buffers; :data:`HEADROOM` keeps 8 GB of an 80 GB device for them.
+
+    python -m reasonrl.distributed.memory_model --recipe qwen7b_ppo      # one recipe's table
+    python -m reasonrl.distributed.memory_model --all                    # every GPU recipe (docs/memory.md)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from reasonrl.distributed.phases import COLOCATED_STEP, RESIDENT, Phase
+
+GB = 10**9
+DEVICE_BYTES = 80 * GB
+"""An 80 GB device (A100-80G, H100 80GB; what the GPU recipes target)."""
+HEADROOM = 8 * GB
+"""Kept free for what is not modelled (CUDA contexts, fragmentation, NCCL buffers)."""
+COLOCATED_PHASES = COLOCATED_STEP
+GPU_RECIPES = ("qwen0p5b_ppo_1gpu", "qwen1p5b_ppo", "qwen7b_ppo", "qwen7b_grpo", "qwen7b_dapo", "qwen32b_ppo")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The fields of a Hugging Face ``config.json`` that size a decoder (Qwen2 layout: q/k/v biases, SwiGLU MLP)."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    intermediate_size: int
+    vocab_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    tie_word_embeddings: bool
+
+    @property
+    def layer_params(self) -> int:
+        """q (h x h + h), k and v (h x kv + kv each), o (h x h), MLP (3 h I), two RMSNorms (2 h)."""
+        h = self.hidden_size
+        kv = h // self.num_attention_heads * self.num_key_value_heads
+        return (h * h + h) + 2 * (h * kv + kv) + h * h + 3 * h * self.intermediate_size + 2 * h
+
+    @property
+    def num_params(self) -> int:
+        """Embedding + layers + final norm (+ output head when not tied)."""
+        embed = self.vocab_size * self.hidden_size
+        head = 0 if self.tie_word_embeddings else embed
+        return embed + head + self.num_hidden_layers * self.layer_params + self.hidden_size
+
+
+QWEN25: Mapping[str, ModelShape] = {
+    # published config.json values of Qwen/Qwen2.5-{0.5B,1.5B,7B,32B}
+    "Qwen/Qwen2.5-0.5B": ModelShape(896, 24, 4864, 151936, 14, 2, True),
+    "Qwen/Qwen2.5-1.5B": ModelShape(1536, 28, 8960, 151936, 12, 2, True),
+    "Qwen/Qwen2.5-7B": ModelShape(3584, 28, 18944, 152064, 28, 4, False),
+    "Qwen/Qwen2.5-32B": ModelShape(5120, 64, 27648, 152064, 40, 8, False),
+}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What sizes one step: the model and the experiment's memory settings (see :func:`setup_from_config`)."""
+
+    model: ModelShape
+    zero_stage: int = 3
+    policy_dp: int = 8
+    critic_dp: int = 0  # 0: no critic
+    ref_dp: int = 0  # 0: no reference model
+    reward_dp: int = 0  # 0: no reward model (assumed the policy's shape)
+    bf16: bool = True
+    gradient_checkpointing: bool = True
+    optimizer_offload: bool = False
+    ref_offload_params: bool = False
+    micro_batch_tokens: int = 16384
+    vllm_gpu_memory_utilization: float = 0.85
+    vllm_tensor_parallel_size: int = 1
+    vllm_enable_sleep: bool = True
+    colocate_all: bool = True
+    sync_bucket_mb: int = 256
+    device_bytes: int = DEVICE_BYTES
+
+
+def setup_from_config(cfg, model: ModelShape | None = None, device_bytes: int = DEVICE_BYTES) -> Setup:
+    """A :class:`Setup` from a ``BasePPOExpConfig``; ``model`` defaults to :data:`QWEN25` [``cfg.pretrain``]."""
+    shape = model or QWEN25.get(cfg.pretrain or "")
+    if shape is None:
+        raise KeyError(f"pretrain={cfg.pretrain!r}: no model shape known; pass model=ModelShape(...) from its config")
+    return Setup(
+        model=shape,
+        zero_stage=cfg.zero_stage,
+        policy_dp=cfg.policy_world_size,
+        critic_dp=cfg.critic_world_size if cfg.use_critic else 0,
+        ref_dp=cfg.ref_num_nodes * cfg.ref_devices_per_node if cfg.use_reference else 0,
+        reward_dp=cfg.reward_num_nodes * cfg.reward_devices_per_node if cfg.use_reward_model else 0,
+        bf16=cfg.bf16,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        optimizer_offload=cfg.optimizer_offload,
+        ref_offload_params=cfg.ref_offload_params,
+        micro_batch_tokens=cfg.max_tokens_per_micro_batch,
+        vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        vllm_tensor_parallel_size=cfg.vllm_tensor_parallel_size,
+        vllm_enable_sleep=cfg.vllm_enable_sleep,
+        colocate_all=cfg.colocate_all,
+        sync_bucket_mb=cfg.sync_bucket_mb,
+        device_bytes=device_bytes,
+    )
+
+
+# ---------------------------------------------------------------------- components (bytes on one device)
+def _w(s: Setup) -> int:
+    return 2 if s.bf16 else 4
+
+
+def param_bytes(s: Setup, dp: int, *, offloaded: bool = False) -> int:
+    """Parameter partition of one role: ``w P / N`` under ZeRO-3, ``w P`` below; 0 with parameter offload."""
+    if offloaded or dp == 0:
+        return 0
+    full = _w(s) * s.model.num_params
+    return full // dp if s.zero_stage == 3 else full
+
+
+def train_state_bytes(s: Setup, dp: int) -> int:
+    """Gradients (fp32, partitioned at ZeRO >= 2) + fp32 master weights and Adam m, v (partitioned at ZeRO >= 1)."""
+    if dp == 0:
+        return 0
+    p = s.model.num_params
+    grads = 4 * p // dp if s.zero_stage >= 2 else 4 * p
+    optim = 0 if s.optimizer_offload else (12 if s.bf16 else 8) * p
+    optim = optim // dp if s.zero_stage >= 1 else optim
+    return grads + optim
+
+
+def gather_bytes(s: Setup) -> int:
+    """ZeRO-3 working set: two full layers (current + prefetched) and the embedding/head; 0 below ZeRO-3."""
+    if s.zero_stage != 3:
+        return 0
+    m = s.model
+    return _w(s) * (2 * m.layer_params + m.vocab_size * m.hidden_size)
+
+
+def activation_bytes(s: Setup, *, trains: bool, logits: bool) -> int:
+    """One micro-batch of ``T`` tokens through one role (see the module docstring for the terms)."""
+    m, t, w = s.model, s.micro_batch_tokens, _w(s)
+    layer = t * w * (8 * m.hidden_size + 4 * m.intermediate_size)
+    if not trains:
+        acts = layer
+    elif s.gradient_checkpointing:
+        acts = m.num_hidden_layers * t * m.hidden_size * w + layer
+    else:
+        acts = m.num_hidden_layers * layer
+    head = t * m.vocab_size * (w + (8 if trains else 4)) if logits else 4 * t
+    return acts + head
+
+
+def vllm_weight_bytes(s: Setup) -> int:
+    """The engine's weights on one of its TP devices: ``w P / TP``."""
+    return _w(s) * s.model.num_params // s.vllm_tensor_parallel_size
+
+
+def vllm_budget_bytes(s: Setup) -> int:
+    """What vLLM takes while generating: ``gpu_memory_utilization x device``."""
+    return int(s.vllm_gpu_memory_utilization * s.device_bytes)
+
+
+# ---------------------------------------------------------------------- phases
+def _roles(s: Setup) -> dict[str, tuple[int, bool, bool]]:
+    """role -> (dp size, trains, computes logits)."""
+    roles = {"policy": (s.policy_dp, True, True)}
+    if s.critic_dp:
+        roles["critic"] = (s.critic_dp, True, False)
+    if s.ref_dp:
+        roles["ref"] = (s.ref_dp, False, True)
+    if s.reward_dp:
+        roles["reward_model"] = (s.reward_dp, False, False)
+    return roles
+
+
+def colocated_phase_bytes(s: Setup) -> dict[Phase, dict[str, int]]:
+    """Colocated step: per phase, component -> bytes on one shared device (components from :data:`RESIDENT`).
+
+    Every role's parameter partition stays (``offload_states`` never moves ZeRO-3 parameters); training states of
+    the trained roles only in TRAINING; activations of ONE role at a time (forwards and updates are serialised):
+    the largest. vLLM's budget in GENERATION, its weights in SYNC.
+    """
+    roles = _roles(s)
+    params = sum(
+        param_bytes(s, dp, offloaded=name in ("ref", "reward_model") and s.ref_offload_params)
+        for name, (dp, _, _) in roles.items()
+    )
+    parts = {
+        "policy_params": params,
+        "train_states": sum(train_state_bytes(s, dp) for dp, trains, _ in roles.values() if trains),
+        "activations": gather_bytes(s) + max(activation_bytes(s, trains=t, logits=lg) for _, t, lg in roles.values()),
+        "vllm_weights": vllm_weight_bytes(s),
+        "vllm_kv_cache": vllm_budget_bytes(s) - vllm_weight_bytes(s),
+        "sync_bucket": s.sync_bucket_mb * 2**20 + gather_bytes(s),
+    }
+    return {phase: {name: parts[name] for name in sorted(RESIDENT[phase])} for phase in dict.fromkeys(COLOCATED_PHASES)}
+
+
+def split_device_bytes(s: Setup) -> dict[str, dict[str, int]]:
+    """Split placement: per device group (role or vLLM), component -> bytes on one of its devices (one phase each:
+    nothing is offloaded; vLLM keeps its budget)."""
+    out: dict[str, dict[str, int]] = {}
+    for name, (dp, trains, logits) in _roles(s).items():
+        out[name] = {
+            "params": param_bytes(s, dp, offloaded=not trains and s.ref_offload_params),
+            "train_states": train_state_bytes(s, dp) if trains else 0,
+            "activations": gather_bytes(s) + activation_bytes(s, trains=trains, logits=logits),
+        }
+        if name == "policy":
+            out[name]["sync_bucket"] = s.sync_bucket_mb * 2**20
+    out["vllm"] = {"vllm_budget": vllm_budget_bytes(s)}
+    return out
+
+
+def step_table(s: Setup) -> dict[str, dict[str, int]]:
+    """The table the docs print: colocated phases or split device groups -> components -> bytes."""
+    if s.colocate_all:
+        return {phase.value: parts for phase, parts in colocated_phase_bytes(s).items()}
+    return split_device_bytes(s)
+
+
+def peak_bytes(s: Setup) -> int:
+    """The largest per-device total over the step's phases (colocated) or device groups (split)."""
+    return max(sum(parts.values()) for parts in step_table(s).values())
+
+
+def _headroom(row: str) -> int:
+    """vLLM-only devices need none: vLLM's budget already counts its CUDA context and non-torch allocations."""
+    return 0 if row == "vllm" else HEADROOM
+
+
+def fits(s: Setup) -> bool:
+    """True when every phase (device group) leaves :data:`HEADROOM` free, vLLM-only devices their budget's rest."""
+    return all(sum(parts.values()) + _headroom(row) <= s.device_bytes for row, parts in step_table(s).items())
+
+
+def max_colocated_utilization(s: Setup) -> float:
+    """The largest ``vllm_gpu_memory_utilization`` that leaves, in GENERATION, room for the roles' parameter
+    partitions and :data:`HEADROOM` (what must stay resident while vLLM wakes)."""
+    resident = colocated_phase_bytes(s)[Phase.GENERATION]["policy_params"]
+    return (s.device_bytes - HEADROOM - resident) / s.device_bytes
+
+
+# ---------------------------------------------------------------------- report
+def recipe_config(name: str):
+    """The default config of ``playground/<name>.py`` (its one ``BasePPOExpConfig`` subclass defined there)."""
+    from reasonrl.config import BasePPOExpConfig
+
+    module = importlib.import_module(f"playground.{name}")
+    classes = [
+        v
+        for v in vars(module).values()
+        if isinstance(v, type) and issubclass(v, BasePPOExpConfig) and v.__module__ == module.__name__
+    ]
+    if len(classes) != 1:
+        raise ValueError(f"playground/{name}.py: expected one config class, found {len(classes)}")
+    return classes[0]()
+
+
+def format_table(name: str, s: Setup) -> str:
+    """Markdown table of :func:`step_table` in GB (10^9 bytes)."""
+    table = step_table(s)
+    comps = list(dict.fromkeys(c for parts in table.values() for c in parts))
+    head = "phase" if s.colocate_all else "devices"
+    mode = "colocate_all" if s.colocate_all else "split placement"
+    lines = [
+        f"### {name} ({mode}, {s.model.num_params / 1e9:.2f}B params)",
+        "",
+        f"| {head} | " + " | ".join(comps) + " | total |",
+        "|---" * (len(comps) + 2) + "|",
+    ]
+    for row, parts in table.items():
+        cells = [f"{parts[c] / GB:.1f}" if c in parts else "-" for c in comps]
+        lines.append(f"| {row} | " + " | ".join(cells) + f" | **{sum(parts.values()) / GB:.1f}** |")
+    verdict = "fits" if fits(s) else "DOES NOT FIT"
+    lines += [
+        "",
+        f"Peak {peak_bytes(s) / GB:.1f} GB on a {s.device_bytes // GB} GB device, {HEADROOM // GB} GB kept free "
+        f"beside DeepSpeed (none on vLLM-only devices): {verdict}.",
+    ]
+    if s.colocate_all:
+        lines.append(f"Largest vllm_gpu_memory_utilization under colocation: {max_colocated_utilization(s):.2f}.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--recipe", help="a playground recipe, e.g. qwen7b_ppo")
+    group.add_argument("--all", action="store_true", help="every GPU recipe")
+    args = parser.parse_args(argv)
+    names = GPU_RECIPES if args.all else (args.recipe,)
+    print("\n\n".join(format_table(n, setup_from_config(recipe_config(n))) for n in names))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

