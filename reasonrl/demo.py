@@ -59,6 +59,7 @@ def recipe(algo: str):
 def run_rl(algo: str, *, steps: int, seed: int = 0, log_dir: str = "logs", ckpt_dir: str = "ckpt/demo", **overrides):
     """One RL run of the ``algo`` recipe from the warm start, in a fresh checkpoint folder; its :class:`DemoResult`.
     ``overrides`` are extra config fields (e.g. ``eval_interval=5``)."""
+    from reasonrl.data.eval_names import eval_set_names
     from reasonrl.exp import BasePPOExp
     from reasonrl.utils.tracking import metrics_by_step, read_metrics
 
@@ -66,14 +67,14 @@ def run_rl(algo: str, *, steps: int, seed: int = 0, log_dir: str = "logs", ckpt_
     cfg = recipe(algo)(exp_name=exp_name, seed=seed, max_steps=steps, log_dir=log_dir, ckpt_dir=ckpt_dir, resume="none")
     cfg = cfg.with_overrides({"progress_bar": False, **overrides})
     cfg.validate()
-    run_ckpt = Path(ckpt_dir) / cfg.exp_name
-    if run_ckpt.exists():
-        logger.info(f"replacing the previous demo checkpoints in {run_ckpt}")
-        shutil.rmtree(run_ckpt)
+    for previous in (Path(ckpt_dir) / cfg.exp_name, Path(log_dir) / cfg.exp_name):  # the demo's own folders only
+        if previous.exists():
+            logger.info(f"replacing the previous demo run in {previous}")
+            shutil.rmtree(previous)
     start = time.perf_counter()
     BasePPOExp(cfg).run()
     seconds = time.perf_counter() - start
-    eval_key = f"eval/{Path(cfg.eval_data[0]).stem}/avg@1"
+    eval_key = f"eval/{eval_set_names(cfg.eval_data)[0]}/avg@1"
     rows = metrics_by_step(read_metrics(Path(log_dir) / cfg.exp_name / "metrics.jsonl"))
     rewards = [rows[s]["reward/mean"] for s in range(1, steps + 1) if rows.get(s, {}).get("reward/mean") is not None]
     step_times = [rows[s]["time/step"] for s in range(1, steps + 1) if rows.get(s, {}).get("time/step") is not None]
@@ -87,7 +88,7 @@ def run_rl(algo: str, *, steps: int, seed: int = 0, log_dir: str = "logs", ckpt_
         rl_seconds=seconds,
         mean_step_seconds=sum(step_times) / len(step_times),
         log_dir=Path(log_dir) / cfg.exp_name,
-        final_model=run_ckpt / f"step_{steps}" / "policy_hf",
+        final_model=Path(ckpt_dir) / cfg.exp_name / f"step_{steps}" / "policy_hf",
     )
 
 

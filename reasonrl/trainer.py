@@ -2,10 +2,11 @@
 
 One step::
 
-    prompts  --> generate (all vLLM engines at once) --> rewards (verifier pool, in a thread)
-             --> [dynamic sampling: drop zero-variance groups, refill]
+    prompts  --> rollout (reasonrl.rollout: generate on all vLLM engines, final reward = rule/user reward +
+                 learned reward model, dynamic sampling refills, ReMax greedy baseline)
              --> reference log-probs | critic values | policy log-probs   (concurrently)
-             --> advantages (algos) --> critic update || policy update   (concurrently unless colocated)
+             --> advantages (reasonrl.learning_signal; warns when there is no signal)
+             --> critic update || policy update   (concurrently unless colocated)
              --> weight sync policy -> vLLM (verified) --> eval / checkpoint / log
 
 Generation seeds derive from (seed, step, engine), data order from (seed, episode): a run is reproducible and a
@@ -26,7 +27,10 @@ from loguru import logger
 
 from reasonrl import algos
 from reasonrl.data.sampler import PromptSampler
-from reasonrl.experience import Experience, outcome_token_rewards, padded_from_rows
+from reasonrl.distributed.phases import Phase, PhaseMachine
+from reasonrl.experience import Experience, padded_from_rows
+from reasonrl.learning_signal import NoSignalMonitor, no_signal_reason, step_advantages
+from reasonrl.rollout import Rollout, RolloutMixin
 from reasonrl.types import Completion
 from reasonrl.utils.rng import derive_seed
 
@@ -46,7 +50,7 @@ class Roles:
 Scorer = Callable[[Sequence[Completion], Sequence[dict]], list]
 
 
-class PPOTrainer:
+class PPOTrainer(RolloutMixin):
     def __init__(
         self,
         cfg,
@@ -59,8 +63,14 @@ class PPOTrainer:
         scorer: Scorer,
         tracker,
         checkpoints,
+        reward_model_encoder: Callable | None = None,
     ):
+        """``reward_model_encoder`` maps policy ``(prompt_ids, response_ids)`` samples to the reward model's
+        vocabulary (``reasonrl.models.reward_inputs``); None when both share the tokenizer."""
         self.cfg, self.roles, self.tokenizer, self.template = cfg, roles, tokenizer, template
+        self.reward_model_encoder = reward_model_encoder
+        self.no_signal = NoSignalMonitor()
+        self.update_spans: dict[str, tuple[float, float]] = {}  # role -> (start, end) of its last update
         self.eval_sets, self.scorer, self.tracker, self.checkpoints = eval_sets, scorer, tracker, checkpoints
         self.sampler = PromptSampler(train_rows, cfg.rollout_batch_size, cfg.seed, cfg.num_episodes)
         self.total_steps = min(self.sampler.total_steps, cfg.max_steps or self.sampler.total_steps)
@@ -78,6 +88,15 @@ class PPOTrainer:
             else None
         )
         self.probe_ids: list[int] | None = None
+        # colocate_all: what is resident on the shared devices (a no-op machine under split placement)
+        groups = {"policy": roles.policy, "critic": roles.critic, "ref": roles.ref, "reward_model": roles.reward_model}
+        self.phases = PhaseMachine(
+            roles.engines,
+            {name: g for name, g in groups.items() if g is not None},
+            active=cfg.colocate_all,
+            resync=self.sync_weights,
+        )
+        self.stop = None  # a reasonrl.utils.interrupt.StopSignals while a signal may ask the run to stop
 
     # ================================================================== the loop
     async def fit(self) -> dict[str, float]:
@@ -87,9 +106,15 @@ class PPOTrainer:
             self.tracker.log_metrics(0, await self.evaluate())
         last: dict[str, float] = {}
         saved_at = evaluated_at = None
-        while self.global_step < self.total_steps:
+        while self.global_step < self.total_steps and not self.stop_requested():
             step_start = time.perf_counter()
-            metrics = await self.train_step()
+            sampler_state = self.sampler.state_dict()
+            try:
+                metrics = await self.train_step()
+            except _StepAbandoned as where:
+                self.sampler.load_state_dict(sampler_state)  # the abandoned step's prompts come again on resume
+                logger.warning(f"stop requested during {where}: step {self.global_step + 1} abandoned, nothing kept")
+                break
             if metrics is None:  # data used up early (dynamic-sampling refills draw from the same sampler)
                 logger.warning(f"training data exhausted after step {self.global_step} of {self.total_steps}")
                 break
@@ -107,6 +132,8 @@ class PPOTrainer:
                 saved_at = self.global_step
             self.tracker.advance(self.global_step, {"reward": metrics.get("reward/mean", float("nan"))})
             last = metrics
+        if self.stop_requested():
+            await self.stop_now()
         if self.global_step > 0 and self.global_step != evaluated_at and self.eval_sets:
             self.tracker.log_metrics(self.global_step, await self.evaluate())
         if (
@@ -116,6 +143,32 @@ class PPOTrainer:
         ):
             await self._timed_save()
         return last
+
+    # ================================================================== stopping on a signal
+    def stop_requested(self) -> bool:
+        return self.stop is not None and self.stop.requested is not None
+
+    def check_stop(self, where: str) -> None:
+        """Between phases of a step that has not changed any state yet: drop the step when a stop was asked."""
+        if self.stop_requested():
+            raise _StepAbandoned(where)
+
+    async def stop_now(self) -> None:
+        """Save when the signal asks for it (SIGTERM: ``save_on_sigterm``, Ctrl-C: ``save_on_interrupt``), then
+        raise :class:`reasonrl.utils.interrupt.TrainingInterrupted`."""
+        import signal
+
+        from reasonrl.utils.interrupt import TrainingInterrupted
+
+        signum = self.stop.requested
+        wanted = self.cfg.save_on_sigterm if signum == signal.SIGTERM else self.cfg.save_on_interrupt
+        saved = None
+        if wanted and self.global_step > 0:
+            saved = self.checkpoints.path_for(self.global_step)
+            if not saved.exists():
+                await self._timed_save()
+        logger.warning(f"stopping after step {self.global_step} on {signal.Signals(signum).name}")
+        raise TrainingInterrupted(signum, self.global_step, saved)
 
     async def _timed_save(self) -> None:
         start = time.perf_counter()
@@ -137,210 +190,97 @@ class PPOTrainer:
         rows = self.sampler.next_batch()
         if rows is None:
             return None
-        completions, results, rows_per_sample, group_ids = await self.rollout(rows, m)
-        if not completions:
-            logger.warning(f"step {self.global_step}: every group had zero reward variance; skipping the update")
+        batch = await self.rollout(rows, m)
+        self.check_stop("generation")
+        if not batch.completions:
+            logger.warning(
+                f"step {self.global_step + 1}: no learning signal, dynamic sampling kept no prompt group (every "
+                f"group had zero reward variance in {m.get('sampling/tries', 1):.0f} round(s)); skipping the update"
+            )
             return m
-        await self.to_training_phase()
-        exp = await self.timed_phase(m, "forward", self.make_experience(completions, results, m))
+        await self.phases.enter(Phase.TRAINING)
+        exp = await self.timed_phase(m, "forward", self.make_experience(batch.completions))
+        m["policy/old_logprobs_reused"] = float(self.cfg.reuses_current_logprobs)
+        self.check_stop("the forward passes")  # past here the step changes state (controllers, weights): finish it
         start = time.perf_counter()
-        m |= self.compute_advantages(exp, results, group_ids)
+        m |= self.compute_advantages(exp, batch)
         m["time/advantages"] = time.perf_counter() - start
         m |= await self.timed_phase(m, "update", self.update(exp))
         m |= await self.timed_phase(m, "sync", self.sync_for_generation())
-        self.dump_generations(completions, results, rows_per_sample, step=self.global_step + 1)
+        self.dump_generations(batch.completions, batch.results, batch.rows, step=self.global_step + 1)
         return m
 
     # ================================================================== device sharing (colocate_all)
-    def _trainable_groups(self) -> list:
-        roles = self.roles
-        return [g for g in (roles.policy, roles.critic, roles.ref, roles.reward_model) if g is not None]
-
-    async def to_training_phase(self) -> None:
-        """colocate_all: vLLM sleeps (frees GPU memory) and the DeepSpeed states come back onto the devices.
-        On CPU both are logged no-ops (nothing to free)."""
-        if not self.cfg.colocate_all:
-            return
-        await asyncio.gather(*[engine.sleep.remote() for engine in self.roles.engines])
-        await asyncio.gather(*[_gather_refs(g.call_async("reload")) for g in self._trainable_groups()])
-
-    async def to_generation_phase(self, keep_policy: bool = False) -> None:
-        """colocate_all: DeepSpeed states leave the devices (the policy's too unless ``keep_policy``), vLLM wakes."""
-        if not self.cfg.colocate_all:
-            return
-        groups = [g for g in self._trainable_groups() if not (keep_policy and g is self.roles.policy)]
-        await asyncio.gather(*[_gather_refs(g.call_async("offload")) for g in groups])
-        await asyncio.gather(*[engine.wake_up.remote() for engine in self.roles.engines])
-
     async def sync_for_generation(self) -> dict[str, float]:
-        """Wake the engines, send them the policy's weights (verified), then move the policy's states off too.
-        The policy stays on its devices during the sync: the gather and the probe forward need it there."""
-        await self.to_generation_phase(keep_policy=True)
+        """SYNC phase (roles offloaded, engine weights awake), the verified weight sync, then GENERATION (KV cache
+        awake). See :mod:`reasonrl.distributed.phases`; under split placement only the sync runs."""
+        await self.phases.enter(Phase.SYNC)
         metrics = await self.sync_weights()
-        if self.cfg.colocate_all:
-            await _gather_refs(self.roles.policy.call_async("offload"))
+        await self.phases.enter(Phase.GENERATION)
         return metrics
 
-    # ================================================================== rollout
-    def encode(self, rows: Sequence[dict]) -> list[list[int]]:
-        """Prompt token ids (the template's text, tokenized without extra special tokens), cut to max_prompt_len."""
-        ids = []
-        for row in rows:
-            tokens = self.tokenizer(self.template.render(row), add_special_tokens=False).input_ids
-            ids.append(tokens[-self.cfg.max_prompt_len :])
-        return ids
-
-    async def generate(self, rows: Sequence[dict], *, n: int, temperature: float, seed: int) -> list[Completion]:
-        """Sample ``n`` completions per row, prompts split evenly over the engines (all at once)."""
-        from reasonrl.distributed.vllm_engine import SamplingConfig
-
-        cfg, engines = self.cfg, self.roles.engines
-        prompt_ids = self.encode(rows)
-        bounds = [round(i * len(rows) / len(engines)) for i in range(len(engines) + 1)]
-        refs = []
-        for e, engine in enumerate(engines):
-            sampling = SamplingConfig(
-                n=n,
-                temperature=temperature,
-                top_p=cfg.top_p if temperature > 0 else 1.0,
-                top_k=cfg.top_k if temperature > 0 else 0,
-                max_tokens=cfg.generate_max_len,
-                stop=list(cfg.stop) or None,
-                include_stop_str_in_output=cfg.include_stop_str_in_output,
-                seed=derive_seed(seed, e),
-            )
-            refs.append(engine.generate.remote(prompt_ids[bounds[e] : bounds[e + 1]], sampling))
-        out: list[Completion] = []
-        for e, part in enumerate(await asyncio.gather(*refs)):
-            for c in part:
-                c.prompt_index += bounds[e]
-                out.append(c)
-        return out
-
-    async def score(self, completions: Sequence[Completion], rows: Sequence[dict]) -> list:
-        """Rewards in a worker thread (the verifier pool blocks), so the event loop stays free."""
-        return await asyncio.to_thread(self.scorer, completions, rows)
-
-    async def rollout(self, rows: Sequence[dict], m: dict):
-        """Generate + score, with DAPO dynamic sampling (drop zero-variance groups, refill up to max tries).
-
-        Returns (completions, reward results, the data row of each sample, prompt-group id of each sample).
-        """
-        cfg = self.cfg
-        target = cfg.rollout_batch_size * cfg.n_samples_per_prompt
-        kept_c, kept_r, kept_rows, kept_groups = [], [], [], []
-        tries = total_groups = 0
-        gen_s = score_s = 0.0
-        gen_tokens = 0
-        while True:
-            start = time.perf_counter()
-            seed = derive_seed(cfg.seed, "rollout", self.global_step, tries)
-            completions = await self.generate(rows, n=cfg.n_samples_per_prompt, temperature=cfg.temperature, seed=seed)
-            gen_s += time.perf_counter() - start
-            gen_tokens += sum(len(c.token_ids) for c in completions)
-            start = time.perf_counter()
-            per_sample_rows = [rows[c.prompt_index] for c in completions]
-            results = await self.score(completions, per_sample_rows)
-            score_s += time.perf_counter() - start
-            groups = [total_groups + c.prompt_index for c in completions]  # unique across refills
-            keep = [True] * len(completions)
-            if cfg.dynamic_sampling:
-                rewards = torch.tensor([float(r.reward) for r in results])
-                keep = algos.dynamic_sampling_keep_mask(rewards, torch.tensor(groups)).tolist()
-            for item in zip(completions, results, per_sample_rows, groups, keep, strict=True):
-                if item[-1]:
-                    for bucket, value in zip((kept_c, kept_r, kept_rows, kept_groups), item, strict=False):
-                        bucket.append(value)
-            tries += 1
-            total_groups += len(rows)
-            if not cfg.dynamic_sampling or len(kept_c) >= target or tries >= cfg.max_sampling_tries:
-                break
-            rows = self.sampler.next_batch() or rows
-        if cfg.dynamic_sampling:
-            kept_c, kept_r, kept_rows, kept_groups = (x[:target] for x in (kept_c, kept_r, kept_rows, kept_groups))
-            m["sampling/kept_groups_frac"] = len(set(kept_groups)) / max(total_groups, 1)
-            m["sampling/tries"] = float(tries)
-        m |= {"time/generate": gen_s, "time/reward": score_s, "perf/tokens_per_s_generate": gen_tokens / gen_s}
-        m |= self.rollout_metrics(kept_c, kept_r)
-        return kept_c, kept_r, kept_rows, kept_groups
-
-    def rollout_metrics(self, completions: Sequence[Completion], results: Sequence) -> dict[str, float]:
-        if not completions:
-            return {}
-        lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float32)
-        rewards = torch.tensor([r.reward for r in results], dtype=torch.float32)
-        return {
-            "reward/mean": rewards.mean().item(),
-            "reward/accuracy": sum(bool(r.correct) for r in results) / len(results),
-            "reward/truncated_frac": sum(c.finish_reason != "stop" for c in completions) / len(completions),
-            "response/length_mean": lengths.mean().item(),
-            "response/length_max": lengths.max().item(),
-            "response/clip_frac": (lengths >= self.cfg.generate_max_len).float().mean().item(),
-        }
-
     # ================================================================== experience
-    async def make_experience(self, completions, results, m) -> Experience:
-        """Reference / critic / policy forwards, all roles at once (each role's ranks get one shard)."""
+    async def make_experience(self, completions) -> Experience:
+        """Reference / critic / policy forwards (each role's ranks get one shard): all roles at once under split
+        placement, one role after the other under colocate_all (they share the devices: one activation peak)."""
         cfg, roles = self.cfg, self.roles
         samples = [(c.prompt_token_ids, c.token_ids) for c in completions]
         width = max(len(r) for _, r in samples)
         action_mask = padded_from_rows([[1.0] * len(r) for _, r in samples], width).bool()
         exp = Experience(samples=samples, action_mask=action_mask)
-        calls = {"policy": (roles.policy, "compute_logprobs", (cfg.temperature,))}
+        calls = {}
+        if not cfg.reuses_current_logprobs:  # else the update takes its own log-probs (cfg.reuses_current_logprobs)
+            calls["policy"] = (roles.policy, "compute_logprobs", (cfg.temperature,))
         if roles.ref is not None:
             calls["ref"] = (roles.ref, "compute_logprobs", (cfg.temperature,))
         if roles.critic is not None:
             calls["critic"] = (roles.critic, "compute_values", ())
-        if roles.reward_model is not None:
-            calls["rm"] = (roles.reward_model, "score", ())
-        jobs = {
-            name: _gather_refs(
-                group.call_sharded_async(method, [s.samples for s in exp.shard(group.world_size)], *args)
+
+        async def job(group, method, args):
+            """The role's output in batch order: each rank's rows placed back at its shard's indices."""
+            shards = exp.shard_indices(group.world_size)
+            parts = await _gather_refs(
+                group.call_sharded_async(method, [[samples[i] for i in idx] for idx in shards], *args)
             )
-            for name, (group, method, args) in calls.items()
-        }
-        done = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
-        exp.old_logprobs = _stitch([lp for lp, _ in done["policy"]], width)
-        if "ref" in done:
-            exp.ref_logprobs = _stitch(done["ref"], width)
-        if "critic" in done:
-            exp.old_values = _stitch(done["critic"], width)
-        if "rm" in done:
-            rm_scores = torch.cat(done["rm"])
-            for r, s in zip(results, rm_scores.tolist(), strict=True):
-                r.reward = r.reward + s
-            m["reward/model_score_mean"] = rm_scores.mean().item()
+            parts = [p[0] if isinstance(p, (tuple, list)) else p for p in parts]  # the policy: [logprobs, entropy]
+            return _stitch(parts, width, shards)
+
+        if cfg.colocate_all:
+            done = {name: await job(*call) for name, call in calls.items()}
+        else:
+            jobs = {name: job(*call) for name, call in calls.items()}
+            done = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
+        exp.old_logprobs = done.get("policy")
+        exp.ref_logprobs = done.get("ref")
+        exp.old_values = done.get("critic")
         return exp
 
-    def compute_advantages(self, exp: Experience, results, group_ids: Sequence[int]) -> dict[str, float]:
-        """Token rewards (outcome at the last token, optionally minus coef*KL), then the configured estimator."""
-        cfg, m = self.cfg, {}
-        rewards = torch.tensor([float(r.reward) for r in results])
-        token_rewards = outcome_token_rewards(rewards, exp.action_mask)
-        if exp.ref_logprobs is not None:
-            kl = algos.kl_penalty(exp.old_logprobs, exp.ref_logprobs, cfg.kl_estimator) * exp.action_mask
-            m["policy/kl"] = (kl.sum() / exp.action_mask.sum().clamp(min=1)).item()
-            if cfg.kl_mode == "reward":
-                token_rewards = token_rewards - self.kl_ctl.value * kl
-            self.kl_ctl.update(m["policy/kl"], len(exp))
-            m["kl/coef"] = self.kl_ctl.value
-        adv, returns = algos.compute_advantages(
-            cfg.advantage_estimator,
-            whiten=cfg.whiten_advantages,
-            token_rewards=token_rewards,
+    def compute_advantages(self, exp: Experience, batch: Rollout) -> dict[str, float]:
+        """Advantages (``reasonrl.learning_signal.step_advantages``), the KL controller's update, and a warning
+        when the step carries no learning signal."""
+        rewards = torch.tensor([float(r.reward) for r in batch.results])
+        out = step_advantages(
+            self.cfg,
+            rewards=rewards,
             action_mask=exp.action_mask,
+            old_logprobs=exp.old_logprobs,
+            ref_logprobs=exp.ref_logprobs,
             values=exp.old_values,
-            group_ids=torch.tensor(list(group_ids)),
-            gamma=cfg.gamma,
-            lam=cfg.lam,
-            eps=cfg.grpo_eps,
-            norm_by_std=cfg.grpo_norm_by_std,
+            group_ids=batch.group_ids,
+            baseline_rewards=None if batch.baselines is None else torch.tensor(batch.baselines),
+            kl_coef=self.kl_ctl.value,
         )
-        exp.advantages, exp.returns = adv, returns
-        valid = adv[exp.action_mask]
-        m |= {"adv/mean": valid.mean().item(), "adv/std": valid.std().item() if valid.numel() > 1 else 0.0}
-        m |= {"adv/max": valid.max().item(), "adv/min": valid.min().item()}
-        m["returns/mean"] = returns[exp.action_mask].mean().item()
+        exp.advantages, exp.returns = out.advantages, out.returns
+        m = out.metrics
+        if out.kl is not None:
+            self.kl_ctl.update(out.kl, len(exp))
+            m["kl/coef"] = self.kl_ctl.value
+        self.no_signal.check(
+            self.global_step + 1,
+            exp.advantages,
+            exp.action_mask,
+            reason=lambda: no_signal_reason(self.cfg, rewards, batch.group_ids),
+        )
         return m
 
     # ================================================================== updates
@@ -358,7 +298,7 @@ class PPOTrainer:
     async def update_role(self, role: str, exp: Experience) -> dict[str, float]:
         cfg = self.cfg
         group = self.roles.policy if role == "policy" else self.roles.critic
-        epochs = cfg.policy_update_steps if role == "policy" else cfg.critic_update_steps
+        epochs = cfg.policy_epochs if role == "policy" else cfg.critic_epochs
         loss_cfg = cfg.policy_loss_config() if role == "policy" else cfg.value_loss_config()
         if role == "policy" and cfg.kl_mode == "loss":  # the controller's current value (fixed or adaptive)
             loss_cfg = dataclasses.replace(loss_cfg, kl_loss_coef=self.kl_ctl.value)
@@ -366,10 +306,11 @@ class PPOTrainer:
             loss_cfg = dataclasses.replace(loss_cfg, entropy_coef=self.entropy_ctl.effective_coef)
         per_step: list[list[dict]] = []
         start, tokens = time.perf_counter(), 0
-        batch_size = cfg.policy_mini_batch_size if role == "policy" else cfg.critic_mini_batch_size
-        for _ in range(epochs):
-            for lo in range(0, len(exp), batch_size):
-                mini = exp.select(range(lo, min(lo + batch_size, len(exp))))
+        bounds = _scaled_bounds(cfg.mini_batch_bounds(role), len(exp))
+        for epoch in range(epochs):
+            order = mini_batch_order(cfg, role, self.global_step, epoch, len(exp), len(bounds))
+            for lo, hi in bounds:
+                mini = exp.select(order[lo:hi])
                 g_tokens, g_seqs = mini.num_tokens_and_seqs()
                 refs = group.call_sharded_async("update", mini.shard(group.world_size), loss_cfg, g_tokens, g_seqs)
                 per_step.append(await _gather_refs(refs))
@@ -379,6 +320,7 @@ class PPOTrainer:
             sum(rank["loss_share"] for rank in ranks) for ranks in per_step
         ) / len(per_step)
         out[f"perf/tokens_per_s_train_{role}"] = tokens / max(time.perf_counter() - start, 1e-9)
+        self.update_spans[role] = (start, time.perf_counter())
         if role == "policy" and self.entropy_ctl is not None and "policy/entropy" in out:
             self.entropy_ctl.update(out["policy/entropy"])
             out["entropy/coef"] = self.entropy_ctl.effective_coef
@@ -397,6 +339,7 @@ class PPOTrainer:
             cfg.resolved_sync_verify_tolerance,
         )
         report = (await _gather_refs(refs))[0]
+        self.phases.synced()
         return report.as_metrics()
 
     # ================================================================== evaluation
@@ -449,7 +392,7 @@ class PPOTrainer:
 
         staging = self.checkpoints.begin(self.global_step)
         try:
-            await self.to_training_phase()  # DeepSpeed saves the states from the devices
+            await self.phases.enter(Phase.TRAINING)  # DeepSpeed saves the states from the devices
             tag = "ds"
             await _gather_refs(self.roles.policy.call_async("save_checkpoint", str(staging / "policy"), tag))
             if self.roles.critic is not None:
@@ -463,7 +406,7 @@ class PPOTrainer:
             self.checkpoints.abort(staging)
             raise
         finally:
-            await self.to_generation_phase()
+            await self.phases.enter(Phase.GENERATION)  # re-syncs the engines if they slept at level 2
         path = self.checkpoints.commit(self.global_step, staging, {"exp_name": self.cfg.exp_name})  # also prunes
         logger.info(f"checkpoint saved: {path}")
         return path
@@ -481,13 +424,42 @@ class PPOTrainer:
 
 
 # ====================================================================== helpers
+class _StepAbandoned(Exception):
+    """A stop was asked before the step changed any state (weights, optimizer, controllers): the step is dropped."""
+
+
 async def _gather_refs(refs: Sequence) -> list:
     return list(await asyncio.gather(*refs))
 
 
-def _stitch(parts: Sequence[torch.Tensor], width: int) -> torch.Tensor:
-    """Concatenate per-rank [b_i, T_i] tensors into [sum b_i, width] (zero right-padding)."""
-    return torch.cat([torch.nn.functional.pad(p.float(), (0, width - p.shape[1])) for p in parts])
+def mini_batch_order(cfg, role: str, step: int, epoch: int, n: int, num_mini_batches: int) -> list[int]:
+    """The sample order of pass ``epoch`` of ``role`` over step ``step``'s rollout of ``n`` samples, cut into
+    mini-batches by the caller: a permutation seeded by (seed, role, step, epoch) when ``cfg.shuffle_mini_batches``
+    (so a resumed run repeats it), else batch order; batch order too with one mini-batch (a permutation would
+    change only the float summation order)."""
+    if not cfg.shuffle_mini_batches or num_mini_batches <= 1:
+        return list(range(n))
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "mini_batches", role, step, epoch))
+    return torch.randperm(n, generator=gen).tolist()
+
+
+def _scaled_bounds(bounds: Sequence[tuple[int, int]], n: int) -> list[tuple[int, int]]:
+    """The config's mini-batch ranges (planned for the full rollout) for a batch of ``n`` samples: the same
+    number of optimizer steps when dynamic sampling left fewer samples, empty ranges dropped."""
+    total = bounds[-1][1] if bounds else 0
+    if total == n:
+        return list(bounds)
+    scaled = [(round(lo * n / total), round(hi * n / total)) for lo, hi in bounds]
+    return [(lo, hi) for lo, hi in scaled if hi > lo]
+
+
+def _stitch(parts: Sequence[torch.Tensor], width: int, shards: Sequence[Sequence[int]]) -> torch.Tensor:
+    """Per-rank [b_i, T_i] tensors -> one [batch, width] tensor, rank i's rows at ``shards[i]`` (zero right-padding)."""
+    out = torch.zeros(sum(len(idx) for idx in shards), width)
+    for part, idx in zip(parts, shards, strict=True):
+        if idx:
+            out[list(idx), : part.shape[1]] = part.float()[: len(idx)]
+    return out
 
 
 def _mean_metrics(per_step: Sequence[Sequence[dict]]) -> dict[str, float]:
@@ -522,6 +494,7 @@ def _records(completions, results, rows, limit: int | None, split: str) -> list[
                 "response": c.text,
                 "finish_reason": c.finish_reason,
                 "reward": float(r.reward),
+                "model_score": getattr(r, "model_score", None),
                 "correct": bool(r.correct),
                 "reason": getattr(r, "reason", None),
                 "extracted": getattr(r, "extracted", None),

@@ -17,7 +17,7 @@ from reasonrl.utils.tracking import known_scalar
 
 pytestmark = pytest.mark.integration
 REWARD_FN = f"{Path(__file__).parent / 'fixtures' / 'toy_rewards.py'}:digit_fraction"
-TIMING_PREFIXES = ("time/", "perf/", "sync/gather_s", "sync/load_s", "sync/verify_s", "sync/total_s")
+TIMING_PREFIXES = ("time/", "perf/", "sync/gather_s", "sync/load_s", "sync/verify_s", "sync/total_s", "sync/probe")
 
 
 def read_rows(run_dir: Path) -> dict[int, dict]:
@@ -104,19 +104,19 @@ class _Callable:
 
 
 def test_resume_continues_exactly(ray_cluster, tmp_path):
-    common = dict(reward_fn=REWARD_FN, save_interval=2, eval_interval=2, keep_last_ckpts=2)
-    full = TinyPPOCPUConfig(
-        exp_name="full", ckpt_dir=str(tmp_path / "a"), log_dir=str(tmp_path / "a"), max_steps=4, **common
-    )
+    """A run resumed from the step-2 checkpoint of a 4-step PPO run (policy, critic, optimizers, LR schedule,
+    sampler, RNG and KL controller state) logs steps 3 and 4 exactly as the uninterrupted run did."""
+    common = dict(reward_fn=REWARD_FN, save_interval=2, eval_interval=2, keep_last_ckpts=2, max_steps=4)
+    full = TinyPPOCPUConfig(exp_name="full", ckpt_dir=str(tmp_path / "a"), log_dir=str(tmp_path / "a"), **common)
     run(full)
-    first = TinyPPOCPUConfig(
-        exp_name="cut", ckpt_dir=str(tmp_path / "b"), log_dir=str(tmp_path / "b"), max_steps=2, **common
+    step_2 = tmp_path / "a" / "full" / "step_2"
+    assert (step_2 / "COMPLETE").exists()
+    resumed = TinyPPOCPUConfig(
+        exp_name="cut", ckpt_dir=str(tmp_path / "b"), log_dir=str(tmp_path / "b"), resume=str(step_2), **common
     )
-    run(first)  # "killed" after step 2: its checkpoint step_2 is the newest complete one
-    resumed = dataclasses.replace(first, max_steps=4, resume="auto")
     run(resumed)
     a, b = read_rows(tmp_path / "a" / "full"), read_rows(tmp_path / "b" / "cut")
-    assert sorted(a) == sorted(b) == [0, 1, 2, 3, 4]
+    assert sorted(a) == [0, 1, 2, 3, 4] and sorted(b) == [3, 4]
     for step in (3, 4):
         want, got = deterministic(a[step]), deterministic(b[step])
         assert want.keys() == got.keys()

@@ -1,0 +1,196 @@
+"""Rollout of one training step: generate with every vLLM engine, score (rule or user reward, plus the learned
+reward model), DAPO dynamic sampling, the ReMax greedy baseline, and the step's rollout metrics.
+
+``RolloutMixin`` is part of :class:`reasonrl.trainer.PPOTrainer` (it uses the trainer's ``cfg``, ``roles``,
+``tokenizer``, ``template``, ``scorer``, ``sampler``, ``reward_model_encoder`` and ``global_step``); it lives here so
+each file keeps one job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import torch
+
+from reasonrl import algos
+from reasonrl.rewards.repetition import repetition_stats
+from reasonrl.types import Completion
+from reasonrl.utils.rng import derive_seed
+
+
+@dataclasses.dataclass
+class Rollout:
+    """The scored samples of one step, after dynamic sampling.
+
+    ``results[i].reward`` is the FINAL reward of sample i (rule reward + reward-model score when there is one);
+    ``baselines`` holds the reward of the greedy response to sample i's prompt (remax), else None.
+    """
+
+    completions: list
+    results: list
+    rows: list  # the data row of each sample
+    group_ids: list[int]  # prompt-group id of each sample (unique across refills)
+    baselines: list[float] | None = None
+
+    def __len__(self) -> int:
+        return len(self.completions)
+
+
+class RolloutMixin:
+    def encode(self, rows: Sequence[dict]) -> list[list[int]]:
+        """Prompt token ids (the template's text, tokenized without extra special tokens), cut to max_prompt_len."""
+        ids = []
+        for row in rows:
+            tokens = self.tokenizer(self.template.render(row), add_special_tokens=False).input_ids
+            ids.append(tokens[-self.cfg.max_prompt_len :])
+        return ids
+
+    async def generate(self, rows: Sequence[dict], *, n: int, temperature: float, seed: int) -> list[Completion]:
+        """Sample ``n`` completions per row, prompts split evenly over the engines (all at once)."""
+        from reasonrl.distributed.vllm_engine import SamplingConfig
+
+        cfg, engines = self.cfg, self.roles.engines
+        prompt_ids = self.encode(rows)
+        bounds = [round(i * len(rows) / len(engines)) for i in range(len(engines) + 1)]
+        refs = []
+        for e, engine in enumerate(engines):
+            sampling = SamplingConfig(
+                n=n,
+                temperature=temperature,
+                top_p=cfg.top_p if temperature > 0 else 1.0,
+                top_k=cfg.top_k if temperature > 0 else 0,
+                max_tokens=cfg.generate_max_len,
+                stop=list(cfg.stop) or None,
+                include_stop_str_in_output=cfg.include_stop_str_in_output,
+                seed=derive_seed(seed, e),
+            )
+            refs.append(engine.generate.remote(prompt_ids[bounds[e] : bounds[e + 1]], sampling))
+        out: list[Completion] = []
+        for e, part in enumerate(await asyncio.gather(*refs)):
+            for c in part:
+                c.prompt_index += bounds[e]
+                out.append(c)
+        return out
+
+    async def score(
+        self, completions: Sequence[Completion], rows: Sequence[dict], model_scores: list | None = None
+    ) -> list:
+        """Final rewards: the rule/user scorer in a worker thread (the verifier pool blocks, the event loop stays
+        free), plus the learned reward model's score when there is one (also appended to ``model_scores``).
+        Everything downstream (dynamic sampling, the logged reward, the advantages) sees the same final reward."""
+        results = await asyncio.to_thread(self.scorer, completions, rows)
+        if self.roles.reward_model is not None and completions:
+            scores = await self.reward_model_scores(completions)
+            for r, s in zip(results, scores.tolist(), strict=True):
+                r.reward = float(r.reward) + s
+                r.model_score = s
+            if model_scores is not None:
+                model_scores.extend(scores.tolist())
+        return results
+
+    async def reward_model_scores(self, completions: Sequence[Completion]) -> torch.Tensor:
+        """[batch] scores of the learned reward model, in its own vocabulary (re-tokenised when it differs)."""
+        samples = [(c.prompt_token_ids, c.token_ids) for c in completions]
+        if self.reward_model_encoder is not None:
+            samples = self.reward_model_encoder(samples)
+        group = self.roles.reward_model
+        parts = await _gather_refs(group.call_sharded_async("score", _split(samples, group.world_size)))
+        return torch.cat([p.float() for p in parts])
+
+    async def greedy_baseline(self, rows: Sequence[dict], tries: int) -> list[float]:
+        """ReMax: the final reward of one greedy (temperature 0) response per prompt. [len(rows)]"""
+        seed = derive_seed(self.cfg.seed, "greedy", self.global_step, tries)
+        completions = await self.generate(rows, n=1, temperature=0.0, seed=seed)
+        results = await self.score(completions, [rows[c.prompt_index] for c in completions])
+        baseline = [0.0] * len(rows)
+        for c, r in zip(completions, results, strict=True):
+            baseline[c.prompt_index] = float(r.reward)
+        return baseline
+
+    async def rollout(self, rows: Sequence[dict], m: dict) -> Rollout:
+        """Generate + score, with DAPO dynamic sampling (drop zero-variance groups, refill up to max tries), and
+        for remax one greedy response per prompt as the baseline. Filtering uses the final reward."""
+        cfg = self.cfg
+        target = cfg.rollout_batch_size * cfg.n_samples_per_prompt
+        kept = Rollout([], [], [], [], [] if cfg.advantage_estimator == "remax" else None)
+        tries = total_groups = 0
+        gen_s = score_s = 0.0
+        gen_tokens = 0
+        model_scores: list[float] = []  # reward-model score of every sample, before filtering
+        greedy: list[float] = []  # remax: greedy reward of every prompt
+        while True:
+            if tries:
+                self.check_stop("dynamic-sampling refills")
+            start = time.perf_counter()
+            seed = derive_seed(cfg.seed, "rollout", self.global_step, tries)
+            completions = await self.generate(rows, n=cfg.n_samples_per_prompt, temperature=cfg.temperature, seed=seed)
+            gen_s += time.perf_counter() - start
+            gen_tokens += sum(len(c.token_ids) for c in completions)
+            start = time.perf_counter()
+            per_sample_rows = [rows[c.prompt_index] for c in completions]
+            results = await self.score(completions, per_sample_rows, model_scores)
+            score_s += time.perf_counter() - start
+            baseline = await self.greedy_baseline(rows, tries) if kept.baselines is not None else None
+            greedy += baseline or []
+            groups = [total_groups + c.prompt_index for c in completions]  # unique across refills
+            keep = [True] * len(completions)
+            if cfg.dynamic_sampling:
+                rewards = torch.tensor([float(r.reward) for r in results])
+                keep = algos.dynamic_sampling_keep_mask(rewards, torch.tensor(groups)).tolist()
+            for c, r, row, g, k in zip(completions, results, per_sample_rows, groups, keep, strict=True):
+                if k:
+                    kept.completions.append(c)
+                    kept.results.append(r)
+                    kept.rows.append(row)
+                    kept.group_ids.append(g)
+                    if baseline is not None:
+                        kept.baselines.append(baseline[c.prompt_index])
+            tries += 1
+            total_groups += len(rows)
+            if not cfg.dynamic_sampling or len(kept) >= target or tries >= cfg.max_sampling_tries:
+                break
+            rows = self.sampler.next_batch() or rows
+        if cfg.dynamic_sampling:
+            for name in ("completions", "results", "rows", "group_ids", "baselines"):
+                if getattr(kept, name) is not None:
+                    setattr(kept, name, getattr(kept, name)[:target])
+            m["sampling/kept_groups_frac"] = len(set(kept.group_ids)) / max(total_groups, 1)
+            m["sampling/tries"] = float(tries)
+            m["sampling/samples"] = float(len(kept))
+        m |= {"time/generate": gen_s, "time/reward": score_s, "perf/tokens_per_s_generate": gen_tokens / gen_s}
+        if model_scores:
+            m["reward/model_score_mean"] = sum(model_scores) / len(model_scores)
+            rule = [float(r.reward) - r.model_score for r in kept.results]
+            m["reward/rule_mean"] = sum(rule) / max(len(rule), 1)
+        if greedy:
+            m["reward/greedy_baseline_mean"] = sum(greedy) / len(greedy)
+        m |= self.rollout_metrics(kept.completions, kept.results)
+        return kept
+
+    def rollout_metrics(self, completions: Sequence[Completion], results: Sequence) -> dict[str, float]:
+        """Reward (final: rule + reward model), accuracy, length and repetition figures of the trained samples."""
+        if not completions:
+            return {}
+        lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float32)
+        rewards = torch.tensor([r.reward for r in results], dtype=torch.float32)
+        return {
+            "reward/mean": rewards.mean().item(),
+            "reward/accuracy": sum(bool(r.correct) for r in results) / len(results),
+            "reward/truncated_frac": sum(c.finish_reason != "stop" for c in completions) / len(completions),
+            "response/length_mean": lengths.mean().item(),
+            "response/length_max": lengths.max().item(),
+            "response/clip_frac": (lengths >= self.cfg.generate_max_len).float().mean().item(),
+        } | repetition_stats([c.text for c in completions])
+
+
+async def _gather_refs(refs: Sequence) -> list:
+    return list(await asyncio.gather(*refs))
+
+
+def _split(items: Sequence, num_parts: int) -> list[list]:
+    """``num_parts`` contiguous, nearly equal parts (one per data-parallel rank)."""
+    bounds = [round(i * len(items) / num_parts) for i in range(num_parts + 1)]
+    return [list(items[bounds[i] : bounds[i + 1]]) for i in range(num_parts)]

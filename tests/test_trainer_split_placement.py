@@ -1,0 +1,73 @@
+"""Split placement in the real loop: PPO with a critic on its own devices (critic || policy updates), two vLLM
+engines, two ZeRO-3 policy ranks and a learned reward model with another tokenizer, on the tiny model.
+
+Its own module: the loop-feature module's shared stack must be gone first, so this run's bundles fit next to the
+session's fixtures on the 8 logical CPUs of the test cluster (bundles of half a CPU).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from reasonrl.exp import BasePPOExp
+from reasonrl.utils.tracking import metrics_by_step, read_metrics
+
+pytestmark = pytest.mark.integration
+
+
+class _ProbingExp(BasePPOExp):
+    """Reads every engine's log-probs of a fixed probe after training, before the engines shut down."""
+
+    async def _fit(self):
+        import ray
+
+        last = await super()._fit()
+        probe = self.trainer.probe_ids
+        self.engine_probes = ray.get([e.prompt_logprobs.remote(list(probe)) for e in self.trainer.roles.engines])
+        refs = self.trainer.roles.policy.call_async("compute_logprobs", [(probe[:1], probe[1:])])  # collective
+        self.policy_probe = (await asyncio.gather(*refs))[0][0][0].tolist()
+        self.spans = dict(self.trainer.update_spans)
+        return last
+
+
+def test_split_placement_two_engines_two_zero3_ranks_and_a_reward_model(ray_cluster, tmp_path):
+    """PPO with a critic on its own devices (critic || policy updates), 2 vLLM engines, 2 ZeRO-3 policy ranks and
+    a learned reward model with ANOTHER tokenizer (SmolLM2's: responses are re-tokenised for it)."""
+    from playground.tiny_ppo_cpu import TinyPPOCPUConfig
+
+    cfg = TinyPPOCPUConfig(
+        exp_name="split",
+        ckpt_dir=str(tmp_path / "ckpt"),
+        log_dir=str(tmp_path / "logs"),
+        colocate_all=False,
+        policy_devices_per_node=2,
+        zero_stage=3,
+        vllm_num_engines=2,
+        reward_num_nodes=1,
+        reward_devices_per_node=1,
+        reward_pretrain="smollm2",
+        cpus_per_bundle=0.5,  # 6 bundles in 3 logical CPUs: the session fixtures hold some of the test cluster
+        eval_data=[],
+        eval_before_training=False,
+        eval_interval=0,
+        save_interval=0,
+        max_steps=2,
+        progress_bar=False,
+        resume="none",
+    )
+    exp = _ProbingExp(cfg)
+    exp.run()
+    rows = metrics_by_step(read_metrics(tmp_path / "logs" / "split" / "metrics.jsonl"))
+    for step in (1, 2):
+        row = rows[step]
+        assert row["policy/grad_norm"] > 0 and row["critic/grad_norm"] > 0  # both stepped
+        # the logged reward is the final one: rule reward + reward-model score, on every sample
+        assert row["reward/mean"] == pytest.approx(row["reward/rule_mean"] + row["reward/model_score_mean"], abs=1e-5)
+        assert row["reward/model_score_mean"] != 0
+    (c0, c1), (p0, p1) = exp.spans["critic"], exp.spans["policy"]
+    assert c0 < p1 and p0 < c1, f"critic {exp.spans['critic']} and policy {exp.spans['policy']} did not overlap"
+    first, second = exp.engine_probes
+    assert first == second  # both engines hold the same weights
+    assert max(abs(a - b) for a, b in zip(first, exp.policy_probe, strict=True)) < 1e-4  # ... the policy's
