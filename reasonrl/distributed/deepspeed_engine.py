@@ -29,13 +29,13 @@ import contextlib
 import functools
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from loguru import logger
 
-from reasonrl.distributed.platform import apply_runtime_env, device_type, dist_backend
+from reasonrl.distributed.platform import apply_cpu_threads, apply_runtime_env, device_type, dist_backend
 
 SCHEDULES = ("constant", "linear", "cosine")
 OPTIMIZER_IMPLS = ("auto", "torch", "fused", "cpu_adam")
@@ -142,6 +142,7 @@ def init_distributed(
     import datetime
 
     apply_runtime_env()
+    apply_cpu_threads()  # OMP_NUM_THREADS of the placement bundle, capped at the cores
     import deepspeed
     import torch.distributed as dist
 
@@ -532,6 +533,20 @@ def gather_params(module, names, *, rank0_only: bool = True, device: str | None 
         return {n: by_name[n].data.detach().to(device or by_name[n].device, copy=True) for n in names}
 
 
+def split_by_size(items: list[tuple[Any, int]], limit: int) -> list[list[Any]]:
+    """Split ``(item, size in bytes)`` pairs, in order, into consecutive groups whose sizes sum to <= ``limit``;
+    an item larger than ``limit`` forms its own group. Used for gather buckets and for export shards."""
+    groups: list[list[Any]] = []
+    size = 0
+    for item, nbytes in items:
+        if not groups or size + nbytes > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(item)
+        size += nbytes
+    return groups
+
+
 def iter_full_params(
     module, bucket_bytes: int = DEFAULT_BUCKET_BYTES, *, rank0_only: bool = True, device: str | None = "cpu"
 ) -> Iterator[list[tuple[str, Any]]]:
@@ -543,15 +558,7 @@ def iter_full_params(
     names; with ``rank0_only`` the other ranks get ``None`` instead of tensors.
     """
     _require(bucket_bytes > 0, "bucket_bytes", f"must be > 0, got {bucket_bytes!r}")
-    buckets: list[list[str]] = []
-    size = 0
-    for name, nbytes in full_param_sizes(module):
-        if not buckets or size + nbytes > bucket_bytes:
-            buckets.append([])
-            size = 0
-        buckets[-1].append(name)
-        size += nbytes
-    for names in buckets:
+    for names in split_by_size(full_param_sizes(module), bucket_bytes):
         tensors = gather_params(module, names, rank0_only=rank0_only, device=device)
         yield [(n, tensors.get(n)) for n in names]
 
@@ -573,42 +580,16 @@ def gather_full_state_dict(
     return (state | persistent_buffers(module)) if keep else None
 
 
-def persistent_buffers(module) -> dict[str, Any]:
-    """The buffers ``module.state_dict()`` would contain (non-persistent ones excluded), as CPU tensors."""
-    out = {}
+def persistent_buffer_names(module) -> list[str]:
+    """Names of the buffers ``module.state_dict()`` would contain (non-persistent ones excluded)."""
+    names = []
     for prefix, sub in module.named_modules():
         for name, buf in sub._buffers.items():
             if buf is not None and name not in sub._non_persistent_buffers_set:
-                out[f"{prefix}.{name}" if prefix else name] = buf.detach().cpu().clone()
-    return out
+                names.append(f"{prefix}.{name}" if prefix else name)
+    return names
 
 
-def export_hf(
-    engine_or_module,
-    out_dir: str | Path,
-    tokenizer=None,
-    *,
-    save_fn: Callable[[Any, Path, dict[str, Any]], Any] | None = None,
-) -> Path | None:
-    """Write an HF folder (config + safetensors [+ tokenizer]) from a possibly ZeRO-3-partitioned model.
-
-    Collective gather (every rank calls it), then rank 0 writes and returns ``out_dir``; other ranks return
-    ``None`` right after the gather (no barrier). Rank 0 calls the partitioned module's own
-    ``save_pretrained(out_dir, state_dict=full_state)``: transformers takes the tensors from ``state_dict`` and
-    config / generation config from the module, so no second full model is built and no global
-    ``HfDeepSpeedConfig`` has to be unset (pitfall D4). ``save_fn(module, out_dir, state_dict)`` replaces that call
-    for non-HF modules (e.g. the critic's ``save_critic``). Errors raise; the caller makes the directory atomic.
-    """
-    module = getattr(engine_or_module, "module", engine_or_module)
-    state = gather_full_state_dict(module, rank0_only=True)
-    if state is None:
-        return None
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if save_fn is not None:
-        save_fn(module, out, state)
-    else:
-        module.save_pretrained(out, state_dict=state)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(out)
-    return out
+def persistent_buffers(module) -> dict[str, Any]:
+    """The buffers ``module.state_dict()`` would contain (non-persistent ones excluded), as CPU tensors."""
+    return {name: module.get_buffer(name).detach().cpu().clone() for name in persistent_buffer_names(module)}

@@ -19,6 +19,7 @@ import torch
 from loguru import logger
 
 from reasonrl.distributed import deepspeed_engine as ds
+from reasonrl.distributed import hf_export
 from reasonrl.distributed.workers import DistributedWorker
 from reasonrl.experience import Experience, Sample
 
@@ -60,6 +61,9 @@ class PolicyLossConfig:
     kl_estimator: str = "k3"
     entropy_coef: float = 0.0
     temperature: float = 1.0
+    # The old policy is the current one (one optimizer step per rollout): take the update's own log-probs,
+    # detached, as the PPO ratio's denominator instead of a separate forward (the ratio is exactly 1).
+    reuse_current_logprobs: bool = False
 
 
 @dataclasses.dataclass
@@ -235,9 +239,15 @@ class PolicyWorker(_ModelWorker):
             if mb is None:
                 loss, stats = logprobs.sum() * 0.0, {}
             else:
+                if cfg.reuse_current_logprobs:
+                    old = logprobs.detach()
+                elif mb.old_logprobs is None:
+                    raise ValueError("update: experience has no old_logprobs and reuse_current_logprobs is False")
+                else:
+                    old = mb.old_logprobs.to(logprobs)
                 loss, stats = loss_fn(
                     logprobs,
-                    mb.old_logprobs.to(logprobs),
+                    old,
                     mb.advantages.to(logprobs),
                     mask,
                     clip_low=cfg.clip_low,
@@ -321,7 +331,7 @@ class PolicyWorker(_ModelWorker):
 
     def export_hf(self, out_dir: str) -> str | None:
         """Write the full policy as a Hugging Face folder (rank 0 writes; collective gather)."""
-        path = ds.export_hf(self.engine, out_dir)
+        path = hf_export.export_hf(self.engine, out_dir)
         return None if path is None else str(path)
 
 

@@ -1,9 +1,15 @@
-"""Run by test_distributed_ds_checkpoint.py in a subprocess (world size 1, gloo): exercise the DeepSpeed adapter.
+"""Run in subprocesses (gloo) to exercise the DeepSpeed adapter on real ZeRO-3 models.
 
 torch.distributed state and transformers' global ``HfDeepSpeedConfig`` would leak into a shared pytest process,
-hence a separate one. Writes ``<out_dir>/result.json`` with measured values; the test asserts on them.
+hence separate ones. Two modes:
 
-Usage: python ds_adapter_probe.py <out_dir> <model_dir>
+* ``python ds_adapter_probe.py <out_dir> <model_dir>`` (test_distributed_ds_checkpoint.py, world size 1): trains,
+  checkpoints, resumes, gathers, exports; writes ``<out_dir>/result.json`` with measured values.
+* ``python ds_adapter_probe.py export <out_dir> <rank> <world_size> <port> <model_dir>...``
+  (test_distributed_ds_adapter.py, one process per rank): loads each model partitioned under ZeRO-3 and exports
+  it three ways into ``<out_dir>/<i>/``: ``reference`` (the full gather + ``save_pretrained`` that the streaming
+  export replaced), ``single`` (:func:`export_hf`, default shard size) and ``sharded`` (tiny shards and
+  buckets). Writes ``<out_dir>/rank<r>.json`` with what each call returned; the test checks the folders.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ def main(out_dir: str, model_dir: str) -> None:
     import torch
 
     from reasonrl.distributed import deepspeed_engine as ds
+    from reasonrl.distributed import hf_export
 
     torch.manual_seed(0)
     out = Path(out_dir)
@@ -214,7 +221,7 @@ def main(out_dir: str, model_dir: str) -> None:
     engine_b.eval()
     with torch.no_grad():
         engine_eval_loss = float(lm_loss(engine_b, eval_ids, eval_mask))
-    hf_dir = ds.export_hf(engine_b, out / "hf", tokenizer=AutoTokenizer.from_pretrained(model_dir))
+    hf_dir = hf_export.export_hf(engine_b, out / "hf", tokenizer=AutoTokenizer.from_pretrained(model_dir))
     result["hf_files"] = sorted(p.name for p in hf_dir.iterdir())
     t = lap("export_hf", t)
 
@@ -245,5 +252,54 @@ def main(out_dir: str, model_dir: str) -> None:
     print("probe-done", json.dumps(TIMINGS), flush=True)
 
 
+EXPORT_SHARD_BYTES = 1_500_000  # the tiny model (~9 MB fp32) in several shards; a 2 MB embedding alone in one
+EXPORT_BUCKET_BYTES = 600_000  # several all-gathers per shard
+
+
+def export_main(out_dir: str, rank: str, world_size: str, port: str, *model_dirs: str) -> None:
+    from reasonrl.distributed import deepspeed_engine as ds
+    from reasonrl.distributed import hf_export
+
+    rank_, world = int(rank), int(world_size)
+    ds.init_distributed(rank_, world, "127.0.0.1", int(port), timeout_s=120)
+    cfg = ds.build_ds_config(zero_stage=3, micro_batch_size_per_rank=1, world_size=world, train=False)
+    result = []
+    for i, model_dir in enumerate(model_dirs):
+        out = Path(out_dir) / str(i)
+        model, hf_keep = ds.load_causal_lm(model_dir, cfg)
+        state = ds.gather_full_state_dict(model)  # the former export: the whole model on rank 0 ...
+        if state is not None:
+            model.save_pretrained(out / "reference", state_dict=state)  # ... handed to save_pretrained
+        del state
+        single = hf_export.export_hf(model, out / "single")
+        sharded = hf_export.export_hf(
+            model, out / "sharded", max_shard_bytes=EXPORT_SHARD_BYTES, bucket_bytes=EXPORT_BUCKET_BYTES
+        )
+        # rank 0 cannot write (the folder is a file): it must still join every gather, then raise
+        blocked = out / "blocked"
+        if rank_ == 0:
+            blocked.write_text("a file, not a folder")
+        try:
+            failed = hf_export.export_hf(model, blocked, max_shard_bytes=EXPORT_SHARD_BYTES)
+            failed = failed and str(failed)
+        except Exception as exc:
+            failed = type(exc).__name__
+        result.append(
+            {
+                "partitioned": list(dict(model.named_parameters())["model.embed_tokens.weight"].shape) == [0],
+                "single": single and str(single),
+                "sharded": sharded and str(sharded),
+                "max_shard_bytes": EXPORT_SHARD_BYTES,
+                "blocked": failed,
+            }
+        )
+        del model, hf_keep
+    (Path(out_dir) / f"rank{rank_}.json").write_text(json.dumps(result))
+    print("probe-done", flush=True)
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    if sys.argv[1] == "export":
+        export_main(*sys.argv[2:])
+    else:
+        main(*sys.argv[1:3])

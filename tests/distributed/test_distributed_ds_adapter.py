@@ -1,9 +1,11 @@
-"""Unit tests of the DeepSpeed adapter that need no process group: configs, LR schedule, optimizer groups,
-gradient checkpointing, and the gather / export helpers on plain (unpartitioned) modules."""
+"""Unit tests of the DeepSpeed adapter: configs, LR schedule, optimizer groups, gradient checkpointing, the gather /
+export helpers on plain (unpartitioned) modules, and the streaming HF export of a ZeRO-3 model partitioned over
+two ranks (``ds_adapter_probe.py export``, one subprocess per rank, gloo)."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -11,6 +13,7 @@ import torch
 from torch import nn
 
 from reasonrl.distributed import deepspeed_engine as ds
+from reasonrl.distributed import hf_export
 
 # ---------------------------------------------------------------- config builder
 
@@ -277,15 +280,177 @@ def test_gather_full_state_dict_equals_state_dict_on_plain_module():
     assert all(torch.equal(state[k], expected[k]) for k in expected)
 
 
+def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of every safetensors file in ``folder``, by name (a name in two files fails)."""
+    from safetensors.torch import load_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        part = load_file(path)
+        assert tensors.keys().isdisjoint(part), f"{path.name} repeats tensors"
+        tensors |= part
+    return tensors
+
+
+def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert sorted(a) == sorted(b)
+    assert all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a), [k for k in a if not a[k].equal(b[k])]
+
+
+def assert_hf_layout(folder: Path, max_shard_bytes: int) -> int:
+    """The layout save_pretrained writes: one ``model.safetensors``, or ``model-0000k-of-0000N.safetensors`` shards
+    of <= ``max_shard_bytes`` (or one tensor) plus an index naming every tensor's file. Returns the shard count."""
+    import json
+
+    from safetensors import safe_open
+
+    files = sorted(p.name for p in folder.glob("*.safetensors"))
+    sizes = {}
+    for name in files:
+        with safe_open(folder / name, "pt") as f:
+            assert f.metadata() == {"format": "pt"}
+            sizes[name] = {k: f.get_tensor(k).numel() * f.get_tensor(k).element_size() for k in f.keys()}
+    assert {"config.json", "generation_config.json"} <= {p.name for p in folder.iterdir()}
+    if files == ["model.safetensors"]:
+        assert not (folder / "model.safetensors.index.json").exists()
+        return 1
+    n = len(files)
+    assert n > 1 and files == [f"model-{k:05d}-of-{n:05d}.safetensors" for k in range(1, n + 1)]
+    assert all(sum(s.values()) <= max_shard_bytes or len(s) == 1 for s in sizes.values()), sizes
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    assert index["weight_map"] == {k: name for name, s in sizes.items() for k in s}
+    assert index["metadata"]["total_size"] == sum(sum(s.values()) for s in sizes.values())
+    return n
+
+
 def test_export_hf_writes_a_loadable_folder(tiny_lm, tiny_tokenizer, tmp_path):
+    import json
+
     from transformers import AutoModelForCausalLM
 
-    out = ds.export_hf(tiny_lm, tmp_path / "hf", tokenizer=tiny_tokenizer)
-    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+    tiny_lm.save_pretrained(tmp_path / "reference")
+    out = hf_export.export_hf(tiny_lm, tmp_path / "hf", tokenizer=tiny_tokenizer)
+    assert out == tmp_path / "hf" and (out / "tokenizer.json").is_file()
+    assert assert_hf_layout(out, hf_export.DEFAULT_MAX_SHARD_BYTES) == 1
+    assert_same_weights(read_weights(out), read_weights(tmp_path / "reference"))
+    for name in ("config.json", "generation_config.json"):
+        assert json.loads((out / name).read_text()) == json.loads((tmp_path / "reference" / name).read_text())
     loaded = AutoModelForCausalLM.from_pretrained(out)
     assert all(
         torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), tiny_lm.state_dict().values(), strict=True)
     )
     calls = []
-    ds.export_hf(tiny_lm, tmp_path / "custom", save_fn=lambda m, d, s: calls.append((m, d, sorted(s))))
+    hf_export.export_hf(tiny_lm, tmp_path / "custom", save_fn=lambda m, d, s: calls.append((m, d, sorted(s))))
     assert calls and calls[0][0] is tiny_lm and "lm_head.weight" in calls[0][2]
+
+
+def test_export_hf_streams_shards_of_a_plain_module(tiny_lm, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    limit = 1_500_000
+    (tmp_path / "sharded").mkdir()
+    (tmp_path / "sharded" / "model.safetensors").write_bytes(b"stale")  # from an earlier export: must go
+    out = hf_export.export_hf(tiny_lm, tmp_path / "sharded", max_shard_bytes=limit, bucket_bytes=600_000)
+    assert assert_hf_layout(out, limit) > 3
+    assert_same_weights(read_weights(out), tiny_lm.state_dict())
+    loaded = AutoModelForCausalLM.from_pretrained(out)
+    assert all(
+        torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), tiny_lm.state_dict().values(), strict=True)
+    )
+    with pytest.raises(ValueError, match="max_shard_bytes"):
+        hf_export.export_hf(tiny_lm, tmp_path / "bad", max_shard_bytes=0)
+
+
+# ---------------------------------------------------------------- streaming export of a ZeRO-3 model (2 ranks)
+
+
+@pytest.fixture(scope="module")
+def tied_model_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model's shape with ``tie_word_embeddings``, written by save_pretrained (reference key set: the
+    embedding once, no ``lm_head.weight``)."""
+    from transformers import AutoConfig, Qwen2ForCausalLM
+
+    config = AutoConfig.from_pretrained(tiny_model_dir, tie_word_embeddings=True)
+    torch.manual_seed(1)
+    path = tmp_path_factory.mktemp("tied")
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def zero3_exports(tiny_model_dir, tied_model_dir, tmp_path_factory):
+    """``ds_adapter_probe.py export`` on 2 ranks: per model, reference / single / sharded folders + what each rank's
+    export_hf returned."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path_factory.mktemp("zero3_export")
+    probe = Path(__file__).with_name("ds_adapter_probe.py")
+    models = [str(tiny_model_dir), str(tied_model_dir)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(probe), "export", str(out), str(rank), "2", str(port), *models],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    outputs = [p.communicate(timeout=240) for p in procs]
+    for p, (stdout, stderr) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0 and "probe-done" in stdout, stderr[-4000:]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    return out, ranks
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("model", [0, 1], ids=["untied", "tied"])
+def test_zero3_export_streams_save_pretrained_shards(zero3_exports, tiny_model_dir, tied_model_dir, model):
+    """A model partitioned over 2 ranks, exported with tiny shards: several shards + index, the exact tensors and
+    names of the former full-gather ``save_pretrained`` export and of the checkpoint the model was loaded from
+    (tied: the embedding once), same config; it loads with transformers. Only rank 0 writes."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    out, ranks = zero3_exports
+    folder = out / str(model)
+    assert ranks[0][model]["partitioned"] and ranks[1][model]["partitioned"]
+    assert ranks[0][model]["sharded"] == str(folder / "sharded") and ranks[1][model]["sharded"] is None
+    sharded = folder / "sharded"
+    assert assert_hf_layout(sharded, ranks[0][model]["max_shard_bytes"]) > 3
+    weights = read_weights(sharded)
+    assert_same_weights(weights, read_weights(folder / "reference"))
+    assert_same_weights(weights, read_weights([tiny_model_dir, tied_model_dir][model]))
+    assert ("lm_head.weight" in weights) == (model == 0)
+    for name in ("config.json", "generation_config.json"):
+        assert json.loads((sharded / name).read_text()) == json.loads((folder / "reference" / name).read_text())
+    loaded = AutoModelForCausalLM.from_pretrained(sharded)
+    reference = AutoModelForCausalLM.from_pretrained(folder / "reference")
+    assert all(
+        torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), reference.state_dict().values(), strict=True)
+    )
+    if model == 1:
+        assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
+
+
+@pytest.mark.integration
+def test_zero3_export_that_fits_one_shard_writes_model_safetensors(zero3_exports, tiny_model_dir):
+    out, ranks = zero3_exports
+    single = out / "0" / "single"
+    assert ranks[0][0]["single"] == str(single) and ranks[1][0]["single"] is None
+    assert assert_hf_layout(single, hf_export.DEFAULT_MAX_SHARD_BYTES) == 1
+    assert_same_weights(read_weights(single), read_weights(out / "0" / "reference"))
+
+
+@pytest.mark.integration
+def test_zero3_export_write_failure_raises_on_rank0_without_hanging_the_others(zero3_exports):
+    """Rank 0 cannot write (the folder is a file): it keeps joining the gathers and raises after the last one,
+    rank 1 returns normally (a rank 0 raising mid-way would leave rank 1 blocked in an all-gather)."""
+    _, ranks = zero3_exports
+    assert ranks[0][0]["blocked"] == "FileExistsError" and ranks[1][0]["blocked"] is None
