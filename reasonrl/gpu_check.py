@@ -8,8 +8,20 @@ on a random model with Qwen2.5-0.5B's shape built locally (no download), in bf16
 2. ``grpo_steps``: two GRPO steps of the real components (generate -> group-normalised advantages -> policy update
    -> weight sync verified by the differential probe check of ``reasonrl.distributed.weight_sync``);
 3. ``missed_sync``: one more update without a sync must be caught by the differential check;
-4. ``memory``: peak device memory of the run against the device's size (the per-phase memory model of
-   ``docs/memory.md`` is not compared yet).
+4. ``memory``: measured device memory per phase against the per-phase memory model
+   (``reasonrl.distributed.memory_model``, ``docs/memory.md``) for this run's :class:`Setup` (:func:`run_setup`):
+
+   * ``engine``: device-wide use (``torch.cuda.mem_get_info`` in the driver) after ``engine.ready`` minus the
+     baseline before the engine started; modelled ``vllm_budget_bytes`` (``gpu_memory_utilization x device``);
+   * ``policy_state``: the policy worker's ``memory_allocated`` after ``setup``; modelled ``param_bytes +
+     train_state_bytes`` (parameters, fp32 gradients, master weights, Adam m and v);
+   * ``training_peak``: the worker's ``max_memory_allocated`` over the two GRPO steps (peak reset before them);
+     modelled ``policy_state + gather_bytes + max(activation_bytes, sync bucket)`` at the largest micro-batch the
+     steps ran (nothing is offloaded here, so the training states stay resident through the syncs).
+
+   The model is an upper bound: a phase FAILS when ``measured > modelled x MEMORY_SLACK_RATIO +
+   MEMORY_SLACK_BYTES`` (:func:`compare_memory`); every phase prints measured, modelled and their ratio.
+   Skipped on CPU.
 
 Prints PASS / FAIL per check and exits 1 on any failure, 2 when no CUDA GPU is visible (unless ``--cpu``: the same
 checks on the tiny model on CPU, which the test suite runs).
@@ -19,9 +31,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from reasonrl.distributed.memory_model import (
+    ModelShape,
+    Setup,
+    activation_bytes,
+    gather_bytes,
+    param_bytes,
+    train_state_bytes,
+    vllm_budget_bytes,
+)
 from reasonrl.models.tiny import TinyModelSpec
 
 # Qwen2.5-0.5B's architecture (config.json of the Hub model); the weights are random.
@@ -36,6 +57,16 @@ QWEN2P5_0P5B_SHAPE = TinyModelSpec(
     tie_word_embeddings=True,
 )
 AGREEMENT_BOUND = 1.0  # nats: above this the engine and the trainer do not hold the same model
+VLLM_GPU_MEMORY_UTILIZATION = 0.3  # the engine's share of the GPU; the rest is the policy's
+SYNC_BUCKET_MB = 64
+GIB = 2**30
+MEMORY_SLACK_RATIO = 1.25
+"""The memory model's formulas are upper bounds, but approximate ones (a HF layer may keep more than ``8 h + 4 I``
+values per token for its fp32 RMSNorm and rotary intermediates; DeepSpeed's ZeRO-3 optimizer step upcasts a
+sub-group's bf16 gradients to fp32 while the bf16 buffer is still allocated): 25 % for what they understate."""
+MEMORY_SLACK_BYTES = GIB
+"""What the model leaves out (its ``HEADROOM``): a process's CUDA context (~0.5 GB, inside device-wide deltas),
+allocator rounding and fragmentation, kernel workspaces."""
 
 
 @dataclass
@@ -58,6 +89,85 @@ class _Placement:
 
     def actor_options(self, rank: int) -> dict:
         return dict(self.options)
+
+
+def model_shape(spec: TinyModelSpec) -> ModelShape:
+    """The memory model's view of a model built from ``spec`` (both are Qwen2 layouts)."""
+    return ModelShape(
+        hidden_size=spec.hidden_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        intermediate_size=spec.intermediate_size,
+        vocab_size=spec.vocab_size,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        tie_word_embeddings=spec.tie_word_embeddings,
+    )
+
+
+def run_setup(
+    device_bytes: int, micro_batch_tokens: int, *, zero_stage: int, bf16: bool, gradient_checkpointing: bool
+) -> Setup:
+    """The memory model's :class:`Setup` of a GPU run of this check: Qwen2.5-0.5B's shape, one policy rank (no
+    critic, reference or reward model), one vLLM engine at :data:`VLLM_GPU_MEMORY_UTILIZATION` that never sleeps,
+    on a device of ``device_bytes``; ``micro_batch_tokens`` = the largest micro-batch the steps ran."""
+    return Setup(
+        model=model_shape(QWEN2P5_0P5B_SHAPE),
+        zero_stage=zero_stage,
+        policy_dp=1,
+        bf16=bf16,
+        gradient_checkpointing=gradient_checkpointing,
+        micro_batch_tokens=micro_batch_tokens,
+        vllm_gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION,
+        vllm_enable_sleep=False,
+        colocate_all=True,
+        sync_bucket_mb=SYNC_BUCKET_MB,
+        device_bytes=device_bytes,
+    )
+
+
+def predicted_phase_bytes(s: Setup) -> dict[str, int]:
+    """Modelled bytes of each measured phase (module docstring, item 4): ``engine``, ``policy_state`` (one rank's
+    ZeRO partitions and training states) and ``training_peak`` (that plus the larger of one micro-batch's
+    gathers + activations and one sync bucket's gathers)."""
+    state = param_bytes(s, s.policy_dp) + train_state_bytes(s, s.policy_dp)
+    transient = gather_bytes(s) + max(activation_bytes(s, trains=True, logits=True), s.sync_bucket_mb * 2**20)
+    return {"engine": vllm_budget_bytes(s), "policy_state": state, "training_peak": state + transient}
+
+
+def largest_micro_batch_tokens(samples: Sequence[tuple[list[int], list[int]]], max_tokens: int) -> int:
+    """Tokens of the largest micro-batch the policy runs on ``samples``: the padded ``[count, P+T]`` grid of each
+    micro-batch of :func:`reasonrl.models.split_by_token_budget` (padded layout: ``WorkerConfig.packing`` off)."""
+    from reasonrl.models import split_by_token_budget
+
+    lengths = [len(p) + len(r) for p, r in samples]
+    batches = split_by_token_budget(lengths, max_tokens, padded=True, prompt_lengths=[len(p) for p, _ in samples])
+    return max(
+        (len(b) * (max(len(samples[i][0]) for i in b) + max(len(samples[i][1]) for i in b)) for b in batches),
+        default=0,
+    )
+
+
+def compare_memory(
+    rows: Sequence[tuple[str, int, int]],
+    slack_ratio: float = MEMORY_SLACK_RATIO,
+    slack_bytes: int = MEMORY_SLACK_BYTES,
+) -> tuple[bool, list[str]]:
+    """Measured vs modelled device memory, one ``(phase, measured bytes, modelled bytes)`` row per phase.
+
+    The model is an upper bound: a phase fails when ``measured > modelled * slack_ratio + slack_bytes``. Returns
+    (every phase within its bound, one line per phase: measured, modelled, measured/modelled and the verdict).
+    """
+    passed, lines = True, []
+    for phase, measured, modelled in rows:
+        bound = modelled * slack_ratio + slack_bytes
+        within = measured <= bound
+        passed = passed and within
+        ratio = f"{measured / modelled:.2f}" if modelled > 0 else "n/a"
+        lines.append(
+            f"{phase}: measured {measured / GIB:.2f} GiB, modelled {modelled / GIB:.2f} GiB, "
+            f"measured/modelled {ratio} ({'within' if within else 'OVER'} the bound {bound / GIB:.2f} GiB)"
+        )
+    return passed, lines
 
 
 class _Skip(Exception):
@@ -97,18 +207,39 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
     env = {DEVICE_ENV_VAR: device}
     share = {"num_cpus": 1, "num_gpus": 0.5} if on_gpu else {"num_cpus": 0.5}
     results: list[CheckResult] = []
+
+    def device_used() -> int:
+        """Device-wide bytes in use (every process on the GPU), as the driver sees them."""
+        free, total = torch.cuda.mem_get_info()
+        return total - free
+
+    measured: dict[str, int] = {}  # phase -> bytes, filled on GPU (module docstring, item 4)
+    micro_batch_tokens: list[int] = []  # per GRPO step, its largest micro-batch
+    baseline = device_used() if on_gpu else 0
     (engine,) = create_vllm_engines(
-        1, model_path, env=env, dtype="bfloat16", max_model_len=256, gpu_memory_utilization=0.3, **share
+        1,
+        model_path,
+        env=env,
+        dtype="bfloat16",
+        max_model_len=256,
+        gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION,
+        **share,
     )
     policy = None
     try:
         ray.get(engine.ready.remote(), timeout=600)  # engine first: vLLM needs its memory share free at start-up
+        if on_gpu:
+            measured["engine"] = device_used() - baseline
+        config = WorkerConfig(model_path=model_path, bf16=True, lr=lr, seed=seed)
         policy = WorkerGroup(PolicyWorker, _Placement(share | {"runtime_env": {"env_vars": env}}), timeout_s=600)
-        policy.call("setup", WorkerConfig(model_path=model_path, bf16=True, lr=lr, seed=seed))
+        policy.call("setup", config)
+        state = policy.call("device_memory")[0]  # None without CUDA
+        if state is not None:
+            measured["policy_state"] = state["memory_allocated"]
         g = torch.Generator().manual_seed(seed)
         probe = torch.randint(3, 2048, (48,), generator=g).tolist()
         prompts = [torch.randint(3, 2048, (8,), generator=g).tolist() for _ in range(4)]
-        sync = ("sync_weights", [engine], 64 * 1024**2, probe, 0.1)
+        sync = ("sync_weights", [engine], SYNC_BUCKET_MB * 2**20, probe, 0.1)
 
         def trainer_lps() -> list[float]:
             return policy.call("compute_logprobs", [(probe[:1], probe[1:])])[0][0][0].tolist()
@@ -127,6 +258,7 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
             sampling = SamplingConfig(n=4, temperature=1.0, max_tokens=16, seed=seed + i)
             rollout = ray.get(engine.generate.remote(prompts, sampling))
             samples = [(c.prompt_token_ids, c.token_ids) for c in rollout]
+            micro_batch_tokens.append(largest_micro_batch_tokens(samples, config.max_tokens_per_micro_batch))
             mask = pad_batch(samples, 0).action_mask
             old = policy.call_sharded("compute_logprobs", [samples])[0][0]
             reward = torch.tensor([float(len(set(c.token_ids))) for c in rollout]).view(len(prompts), -1)
@@ -136,7 +268,11 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
             return policy.call(*sync)[0].probe_max_abs_diff
 
         def grpo_steps() -> str:
+            policy.call("device_memory", reset_peak=True)
             diffs = [grpo_step(i) for i in range(2)]
+            peak = policy.call("device_memory")[0]
+            if peak is not None:
+                measured["training_peak"] = peak["max_memory_allocated"]
             return "2 steps, each sync verified; max |engine change - trainer change| = " + ", ".join(
                 f"{d:.3g}" for d in diffs
             )
@@ -164,10 +300,25 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
             if not on_gpu:
                 raise _Skip("no CUDA device")
             free, total = torch.cuda.mem_get_info()
-            used = total - free
-            if used > 0.95 * total:
-                raise AssertionError(f"{used / 2**30:.1f} of {total / 2**30:.1f} GiB in use")
-            return f"{used / 2**30:.1f} of {total / 2**30:.1f} GiB in use after the run (per-phase model not compared)"
+            setup = run_setup(
+                total,
+                max(micro_batch_tokens, default=0),
+                zero_stage=config.zero_stage,
+                bf16=config.bf16,
+                gradient_checkpointing=config.gradient_checkpointing,
+            )
+            predicted = predicted_phase_bytes(setup)
+            passed, lines = compare_memory([(p, measured[p], predicted[p]) for p in predicted if p in measured])
+            lines += [f"{p}: not measured (an earlier check failed)" for p in predicted if p not in measured]
+            head = (
+                f"{baseline / GIB:.2f} GiB in use before the engine, {(total - free) / GIB:.2f} of "
+                f"{total / GIB:.1f} GiB after the run; micro-batch {setup.micro_batch_tokens} tokens; "
+                f"bound = modelled x {MEMORY_SLACK_RATIO} + {MEMORY_SLACK_BYTES / GIB:.1f} GiB"
+            )
+            detail = "\n    ".join([head, *lines])
+            if not passed:
+                raise AssertionError(f"measured above the memory model's bound: {detail}")
+            return detail
 
         if _run("agreement", agreement, results) and _run("grpo_steps", grpo_steps, results):
             _run("missed_sync", missed_sync, results)

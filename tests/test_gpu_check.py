@@ -49,3 +49,57 @@ def test_cpu_path_passes_every_check(ray_cluster, capsys):
     assert [r.name for r in results] == ["agreement", "grpo_steps", "missed_sync", "memory"]
     assert all(r.passed for r in results[:3]), [r.line() for r in results]
     assert results[3].passed is None  # no CUDA device
+
+
+def test_compare_memory_passes_within_the_bound_and_prints_the_ratio():
+    gib = gpu_check.GIB
+    passed, lines = gpu_check.compare_memory([("engine", 3 * gib, 4 * gib), ("policy_state", 9 * gib, 8 * gib)])
+    assert passed  # 9 GiB <= 8 GiB * 1.25 + 1 GiB: the slack covers what the model leaves out
+    assert len(lines) == 2
+    assert lines[0].startswith("engine: measured 3.00 GiB, modelled 4.00 GiB") and "measured/modelled 0.75" in lines[0]
+    assert "measured/modelled 1.12" in lines[1] and "within" in lines[1]
+
+
+def test_compare_memory_fails_a_phase_over_modelled_times_slack_plus_bytes():
+    gib = gpu_check.GIB
+    bound = int(8 * gib * 1.25 + gib)
+    at_bound, _ = gpu_check.compare_memory([("training_peak", bound, 8 * gib)], slack_ratio=1.25, slack_bytes=gib)
+    assert at_bound
+    passed, lines = gpu_check.compare_memory(
+        [("engine", gib, gib), ("training_peak", bound + 1, 8 * gib)], slack_ratio=1.25, slack_bytes=gib
+    )
+    assert not passed
+    assert "within" in lines[0] and "OVER the bound 11.00 GiB" in lines[1] and "measured/modelled 1.38" in lines[1]
+
+
+def test_compare_memory_without_a_model_for_a_phase_prints_no_ratio():
+    passed, lines = gpu_check.compare_memory([("baseline", 2 * gpu_check.GIB, 0)], slack_ratio=1.25, slack_bytes=0)
+    assert not passed and "measured/modelled n/a" in lines[0]
+
+
+def test_the_run_setup_predicts_the_memory_model_terms():
+    from reasonrl.distributed import memory_model as mm
+
+    assert gpu_check.model_shape(gpu_check.QWEN2P5_0P5B_SHAPE) == mm.QWEN25["Qwen/Qwen2.5-0.5B"]
+    device = 80 * 2**30
+    s = gpu_check.run_setup(device, 384, zero_stage=3, bf16=True, gradient_checkpointing=False)
+    predicted = gpu_check.predicted_phase_bytes(s)
+    p = s.model.num_params
+    assert predicted["engine"] == int(0.3 * device)
+    assert predicted["policy_state"] == 18 * p  # one ZeRO-3 rank in bf16: params 2P + grads 4P + master, m, v 12P
+    logits = 384 * s.model.vocab_size * (2 + 8)
+    layers = s.model.num_hidden_layers * 384 * 2 * (8 * s.model.hidden_size + 4 * s.model.intermediate_size)
+    assert predicted["training_peak"] == 18 * p + mm.gather_bytes(s) + layers + logits
+
+
+def test_largest_micro_batch_tokens_counts_the_padded_grid():
+    samples = [([1, 2], [3]), ([1], [2, 3, 4])]
+    assert gpu_check.largest_micro_batch_tokens(samples, 8192) == 2 * (2 + 3)  # one micro-batch [2, P+T]
+    assert gpu_check.largest_micro_batch_tokens(samples, 5) == 1 * (1 + 3)  # split: [1, 2+1] and [1, 1+3]
+
+
+def test_device_memory_is_none_without_cuda():
+    from reasonrl.distributed.workers import DistributedWorker
+
+    assert DistributedWorker(0, 1).device_memory() is None
+    assert DistributedWorker(0, 1).device_memory(reset_peak=True) is None

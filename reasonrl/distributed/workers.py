@@ -9,6 +9,8 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+from loguru import logger
+
 from reasonrl.distributed import deepspeed_engine as ds
 
 
@@ -38,6 +40,28 @@ class DistributedWorker:
 
     def ready(self) -> bool:
         return True
+
+    def device_memory(self, reset_peak: bool = False) -> dict[str, int] | None:
+        """This process's CUDA allocator on its current device, in bytes: ``memory_allocated`` (live tensors),
+        ``max_memory_allocated`` (their peak since the last reset) and ``memory_reserved`` (allocated + cached
+        blocks). The CUDA context and NCCL buffers are outside the allocator and not counted.
+
+        ``reset_peak``: after reading, restart the peak counter (``torch.cuda.reset_peak_memory_stats``), so the
+        next call's peak covers only what ran in between. ``None`` (a logged no-op) without CUDA.
+        """
+        import torch
+
+        if not torch.cuda.is_available():
+            logger.debug("device_memory: no CUDA device, nothing to measure")
+            return None
+        memory = {
+            "memory_allocated": torch.cuda.memory_allocated(),
+            "max_memory_allocated": torch.cuda.max_memory_allocated(),
+            "memory_reserved": torch.cuda.memory_reserved(),
+        }
+        if reset_peak:
+            torch.cuda.reset_peak_memory_stats()
+        return memory
 
 
 class DeepSpeedLMWorker(DistributedWorker):
