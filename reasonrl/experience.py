@@ -54,9 +54,12 @@ class Experience:
         return Experience(samples=samples, **fields)
 
     def shard(self, num_shards: int) -> list[Experience]:
-        """Split into ``num_shards`` contiguous, nearly equal parts (one per data-parallel rank)."""
-        bounds = [round(i * len(self) / num_shards) for i in range(num_shards + 1)]
-        return [self.select(range(bounds[i], bounds[i + 1])) for i in range(num_shards)]
+        """One part per data-parallel rank, balanced by tokens (:func:`token_balanced_shards`)."""
+        return [self.select(idx) for idx in self.shard_indices(num_shards)]
+
+    def shard_indices(self, num_shards: int) -> list[list[int]]:
+        """The sample indices of each rank's part (:meth:`shard`), each list in batch order."""
+        return token_balanced_shards([len(p) + len(r) for p, r in self.samples], num_shards)
 
     def num_tokens_and_seqs(self) -> tuple[int, int]:
         """(valid response tokens, non-empty sequences): the global counts of loss aggregation."""
@@ -70,3 +73,30 @@ def padded_from_rows(rows: Sequence[Sequence[float]], width: int) -> torch.Tenso
     for i, row in enumerate(rows):
         out[i, : len(row)] = torch.tensor(list(row)[:width], dtype=torch.float32)
     return out
+
+
+def token_balanced_shards(lengths: Sequence[int], num_shards: int) -> list[list[int]]:
+    """Split samples over ``num_shards`` data-parallel ranks with equal counts (sizes differ by at most one) and
+    nearly equal tokens, so no rank waits on another holding all the long chains of thought.
+
+    Greedy longest-first: each sample, longest first, goes to the rank with the fewest tokens among those with room
+    left (the first ``len % num_shards`` ranks hold one sample more). Deterministic (ties by index). The loss is
+    normalised by global token/sequence counts, so which rank holds a sample changes only the float summation order.
+
+    Args:
+        lengths: tokens per sample (prompt + response), ``[batch]``.
+    Returns:
+        ``num_shards`` lists of sample indices, each in ascending (batch) order; together a partition of the batch.
+    """
+    if num_shards <= 0:
+        raise ValueError(f"num_shards must be > 0, got {num_shards}")
+    base, extra = divmod(len(lengths), num_shards)
+    room = [base + (1 if s < extra else 0) for s in range(num_shards)]
+    tokens = [0] * num_shards
+    shards: list[list[int]] = [[] for _ in range(num_shards)]
+    for i in sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i)):
+        s = min((s for s in range(num_shards) if room[s]), key=lambda s: (tokens[s], s))
+        shards[s].append(i)
+        tokens[s] += int(lengths[i])
+        room[s] -= 1
+    return [sorted(shard) for shard in shards]

@@ -1,10 +1,14 @@
-"""Pure helpers of the trainer: metric averaging over ranks and optimizer steps."""
+"""Pure helpers of the trainer: metric averaging over ranks and optimizer steps, per-rank outputs placed back in
+batch order, the mini-batch order of each pass."""
 
 from __future__ import annotations
 
-import pytest
+import types
 
-from reasonrl.trainer import _mean_metrics
+import pytest
+import torch
+
+from reasonrl.trainer import _mean_metrics, _stitch, mini_batch_order
 
 
 def test_token_weighted_over_ranks_and_mean_over_steps():
@@ -24,3 +28,22 @@ def test_a_rank_with_an_empty_shard_does_not_bias_or_crash():
     # a key present in only one of two steps is averaged over that step only
     out = _mean_metrics([[full, empty], [empty, empty]])
     assert out["entropy"] == pytest.approx(3.0)
+
+
+def test_stitch_places_each_ranks_rows_at_its_shard_indices():
+    parts = [torch.tensor([[1.0, 1.0], [3.0, 0.0]]), torch.tensor([[2.0]]), torch.zeros(0, 0)]
+    out = _stitch(parts, 3, [[0, 2], [1], []])
+    assert out.tolist() == [[1.0, 1.0, 0.0], [2.0, 0.0, 0.0], [3.0, 0.0, 0.0]]
+
+
+def test_mini_batch_order_is_a_seeded_permutation_per_pass():
+    cfg = types.SimpleNamespace(seed=0, shuffle_mini_batches=True)
+    first = mini_batch_order(cfg, "policy", 3, 0, 64, 4)
+    assert sorted(first) == list(range(64)) and first != list(range(64))
+    assert first == mini_batch_order(cfg, "policy", 3, 0, 64, 4)  # the same after a resume
+    assert first != mini_batch_order(cfg, "policy", 3, 1, 64, 4)  # each pass its own order
+    assert first != mini_batch_order(cfg, "critic", 3, 0, 64, 4)
+    assert first != mini_batch_order(cfg, "policy", 4, 0, 64, 4)
+    assert mini_batch_order(cfg, "policy", 3, 0, 64, 1) == list(range(64))  # one mini-batch: nothing to shuffle
+    off = types.SimpleNamespace(seed=0, shuffle_mini_batches=False)
+    assert mini_batch_order(off, "policy", 3, 0, 64, 4) == list(range(64))
