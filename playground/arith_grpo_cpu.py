@@ -10,6 +10,7 @@ a small k3 KL loss (coefficient 1e-3) to the warm start (the reference model) is
 Evaluation is greedy accuracy on 200 held-out problems whose ordered operand pairs never occur in training.
 """
 
+import os
 from dataclasses import dataclass
 
 from reasonrl.config import BasePPOExpConfig
@@ -30,6 +31,8 @@ class ArithGRPOCPUConfig(BasePPOExpConfig):
     critic_devices_per_node: int = 1
     vllm_num_engines: int = 1
     colocate_all: bool = True
+    # every role shares one bundle and they take turns: each uses all the cores (threads follow the bundle's CPUs)
+    cpus_per_bundle: float = float(os.cpu_count() or 1)
     train_data: list[str] = ("arith_add2_train",)
     eval_data: list[str] = ("arith_add2_heldout",)
     prompt_template: str = "plain"

@@ -10,6 +10,7 @@ non-zero (the trainer warns on the steps where they are all 0).
 For a run that learns a real task on CPU, see ``arith_grpo_cpu`` (``make demo``).
 """
 
+import os
 from dataclasses import dataclass
 
 from reasonrl.config import BasePPOExpConfig
@@ -28,6 +29,8 @@ class TinyPPOCPUConfig(BasePPOExpConfig):
     critic_devices_per_node: int = 1
     vllm_num_engines: int = 1
     colocate_all: bool = True
+    # every role shares one bundle and they take turns: each uses all the cores (threads follow the bundle's CPUs)
+    cpus_per_bundle: float = float(os.cpu_count() or 1)
     train_data: list[str] = ("gsm8k_train",)
     eval_data: list[str] = ("gsm8k_test",)
     prompt_template: str = "chat"

@@ -653,6 +653,17 @@ def test_worker_and_loss_configs(tmp_path):
         cfg.worker_config("policy")
     with pytest.raises(ValueError, match="unknown role"):
         cfg.worker_config("vllm")
+    # packing only where it saves compute: flash-attention's varlen kernels, never sdpa's dense block mask
+    assert cfg.packing_samples and not policy.packing
+    flash = cfg.worker_config("policy", num_rollout_steps=10, attn_implementation="flash_attention_2")
+    assert flash.packing
+    no_pack = dataclasses.replace(cfg, packing_samples=False)
+    assert not no_pack.worker_config("policy", num_rollout_steps=10, attn_implementation="flash_attention_2").packing
+    # one policy step per rollout: the update reuses its own log-probs, unless the reward needs the old ones
+    assert not cfg.reuses_current_logprobs  # train_batch_size=512: several policy steps per rollout
+    assert good().reuses_current_logprobs and good().policy_loss_config().reuse_current_logprobs
+    assert not good(kl_mode="reward", init_kl_coef=0.1).reuses_current_logprobs
+    assert not good(policy_epochs=2).reuses_current_logprobs
 
     loss = cfg.policy_loss_config()
     assert (loss.kl_loss_coef, loss.norm_constant, loss.agg_mode) == (1e-3, 512.0, "seq-mean-token-sum-norm")

@@ -49,12 +49,13 @@ def worker_config(cfg: BasePPOExpConfig, role: str, *, num_rollout_steps: int | 
 
     if role not in ("policy", "ref", "critic", "reward"):
         raise ValueError(f"unknown role {role!r}; roles are policy, ref, critic, reward")
+    from reasonrl.models import packing_pays
+
     common: dict[str, Any] = dict(
         zero_stage=cfg.zero_stage,
         bf16=cfg.bf16,
         attn_implementation=cfg.resolved_attn_implementation(),
         max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch,
-        packing=cfg.packing_samples,
         seed=cfg.seed,
     )
     if role in ("ref", "reward"):
@@ -84,6 +85,8 @@ def worker_config(cfg: BasePPOExpConfig, role: str, *, num_rollout_steps: int | 
         if rollout_steps is not None:
             kwargs["total_steps"] = max(rollout_steps * per_rollout, 1)
     kwargs.update(extra)
+    # packed only where it saves compute, decided for the backend the workers really use (``extra`` may set it)
+    kwargs.setdefault("packing", cfg.packing_samples and packing_pays(kwargs["attn_implementation"]))
     return WorkerConfig(**kwargs)
 
 
@@ -102,6 +105,7 @@ def policy_loss_config(cfg: BasePPOExpConfig):
         kl_estimator=cfg.kl_estimator,
         entropy_coef=cfg.entropy_coef,
         temperature=cfg.temperature,
+        reuse_current_logprobs=cfg.reuses_current_logprobs,
     )
 
 

@@ -174,6 +174,7 @@ class RolePlacement:
     colocated_with: tuple[str, ...]
     group_name: str
     device: str = "gpu"
+    cpus_per_bundle: float = 1.0
 
     @property
     def num_actors(self) -> int:
@@ -201,10 +202,13 @@ class RolePlacement:
 
     def env_vars(self, i: int) -> dict[str, str]:
         """Environment of actor ``i``: its placement's device environment (``platform.runtime_env_vars``, with
-        ``REASONRL_DEVICE``), plus, for a vLLM engine with ``tp > 1``, the bundles and GPU share of its workers."""
-        from reasonrl.distributed.platform import runtime_env_vars
+        ``REASONRL_DEVICE``), the CPU threads of its bundle (``platform.cpu_threads_env``: the roles sharing a
+        bundle take turns, so each may use all its CPUs), plus, for a vLLM engine with ``tp > 1``, the bundles and
+        GPU share of its workers."""
+        from reasonrl.distributed.platform import cpu_threads_env, runtime_env_vars
 
         env = runtime_env_vars(on_gpu=self.device == "gpu")
+        env.update(cpu_threads_env(self.cpus_per_bundle))
         if self.spawns_tp_workers:
             env["VLLM_RAY_BUNDLE_INDICES"] = ",".join(str(b) for b in self.engine_bundle_indices[i])
             env["VLLM_RAY_PER_WORKER_GPUS"] = f"{self.num_gpus_per_actor:g}"
@@ -486,6 +490,7 @@ def role_placements(groups: Iterable[tuple[GroupRequest, Any]], device: str) -> 
                 colocated_with=tuple(r for r in req.roles if r != role),
                 group_name=req.name,
                 device=device,
+                cpus_per_bundle=float(req.bundle.get("CPU", 1.0)),
             )
     return roles
 

@@ -10,6 +10,7 @@ from reasonrl.models.batching import (
     PaddedBatch,
     action_mask_from_lens,
     pack_batch,
+    packing_pays,
     pad_batch,
     scatter_to_padded,
     split_by_token_budget,
@@ -49,6 +50,7 @@ __all__ = [
     "smollm2_path",
     "split_by_token_budget",
     "split_fixed",
+    "packing_pays",
     "supports_packing",
     "tiny_model_path",
 ]

@@ -192,6 +192,14 @@ def scatter_to_padded(flat: torch.Tensor, action_mask: torch.Tensor) -> torch.Te
     return out
 
 
+def packing_pays(attn_implementation: str | None) -> bool:
+    """Whether the packed layout costs less than the padded one on this backend: only flash-attention's varlen
+    kernels (no padding computed, no mask). On ``sdpa``/``eager`` packing is exact (:func:`supports_packing`) but
+    builds a dense ``[total, total]`` block mask and saves no attention FLOPs: measured on CPU (26 M-parameter Qwen2,
+    32 samples of ~96 tokens, sdpa) the GRPO update took 11.7 s packed vs 7.2 s padded."""
+    return "flash" in (attn_implementation or "").lower()
+
+
 def supports_packing(attn_implementation: str | None) -> bool:
     """Whether the packed layout keeps attention inside each sequence for this attention backend.
 

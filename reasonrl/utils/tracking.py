@@ -59,6 +59,11 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("policy/clipfrac_low", "fraction clipped at the lower bound (ratio < 1 - eps_low, negative advantage)"),
     Scalar("policy/clipfrac_high", "fraction clipped at the upper bound (ratio > 1 + eps_high, positive advantage)"),
     Scalar("policy/approx_kl", "approximate KL(old policy ‖ new policy) during the update; large = steps too big"),
+    Scalar(
+        "policy/old_logprobs_reused",
+        "1 when the old-log-prob forward was skipped: one policy step per rollout, so the update's own log-probs "
+        "(detached) are the old ones and the ratio is exactly 1",
+    ),
     Scalar("policy/grad_norm", "policy gradient norm before clipping"),
     Scalar("policy/lr", "policy learning rate"),
     Scalar("policy/loss", "policy loss of the mini-batch (PPO/GSPO/CISPO/REINFORCE term + KL loss - entropy bonus)"),

@@ -165,7 +165,7 @@ def test_trainer_serialises_forwards_only_under_colocate_all():
     """make_experience: ref/critic/policy forwards one after the other on shared devices, concurrent otherwise."""
     from reasonrl.trainer import PPOTrainer, Roles
 
-    def run(colocate_all: bool) -> list[str]:
+    def run(colocate_all: bool, reuse: bool = False) -> list[str]:
         events: list[str] = []
 
         class Group:
@@ -185,7 +185,7 @@ def test_trainer_serialises_forwards_only_under_colocate_all():
                 return [forward()]
 
         trainer = PPOTrainer.__new__(PPOTrainer)
-        trainer.cfg = types.SimpleNamespace(colocate_all=colocate_all, temperature=1.0)
+        trainer.cfg = types.SimpleNamespace(colocate_all=colocate_all, temperature=1.0, reuses_current_logprobs=reuse)
         trainer.roles = Roles(policy=Group("policy"), engines=[], ref=Group("ref"), critic=Group("critic"))
         completions = [types.SimpleNamespace(prompt_token_ids=[1, 2], token_ids=[3, 4])]
         asyncio.run(trainer.make_experience(completions))
@@ -195,6 +195,8 @@ def test_trainer_serialises_forwards_only_under_colocate_all():
     assert serial == ["policy:start", "policy:end", "ref:start", "ref:end", "critic:start", "critic:end"]
     concurrent = run(False)
     assert concurrent[:3] == ["policy:start", "ref:start", "critic:start"]
+    # one policy step per rollout: no old-log-prob forward (the update reuses its own log-probs)
+    assert run(True, reuse=True) == ["ref:start", "ref:end", "critic:start", "critic:end"]
 
 
 def test_engine_wakes_the_tags_asked_for_and_worker_empties_the_cuda_cache(monkeypatch):

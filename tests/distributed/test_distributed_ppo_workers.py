@@ -179,3 +179,33 @@ def test_policy_update_then_weight_sync(ray_cluster, config, vllm_engine, tiny_t
     with torch.no_grad():
         lp, _ = response_logprobs(model, pad_batch([(probe[:1], probe[1:])], 0))
     assert torch.allclose(torch.tensor(probe_after_restore), lp[0], atol=1e-4)
+
+
+def test_reusing_the_current_logprobs_is_the_same_update_as_a_separate_old_forward(ray_cluster, config):
+    """One optimizer step per rollout: the update's own log-probs, detached, replace the old-log-prob forward
+    (``reuse_current_logprobs``), and the step is the same: loss, gradient norm and the new weights' log-probs."""
+    samples = make_samples(6, seed=2)
+    mask = pad_batch(samples, 0).action_mask
+    adv = torch.where(torch.arange(len(samples))[:, None] % 3 == 0, 1.0, -0.5).expand(mask.shape) * mask
+    single = [WorkerGroup(PolicyWorker, world_size=1, num_cpus_per_actor=0.5, timeout_s=120) for _ in range(2)]
+    try:
+        for g in single:
+            g.call("setup", config)
+        separate, reused = single
+        old = separate.call_sharded("compute_logprobs", [samples])[0][0]
+        with_old = Experience(samples, mask, old_logprobs=old, advantages=adv)
+        without = Experience(samples, mask, advantages=adv)
+        tokens, seqs = with_old.num_tokens_and_seqs()
+        (a,) = separate.call_sharded("update", [with_old], PolicyLossConfig(), tokens, seqs)
+        (b,) = reused.call_sharded("update", [without], PolicyLossConfig(reuse_current_logprobs=True), tokens, seqs)
+        assert b["ratio_mean"] == pytest.approx(1.0, abs=1e-12) and b["clipfrac"] == 0.0
+        assert a["loss_share"] == pytest.approx(b["loss_share"], rel=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-6) and a["grad_norm"] > 0
+        after = [g.call_sharded("compute_logprobs", [samples])[0][0] for g in single]
+        assert (after[0] - old).abs()[mask].max() > 1e-3  # the step moved the policy...
+        assert torch.allclose(after[0], after[1], atol=1e-6)  # ...to the same place on both paths
+        with pytest.raises(Exception, match="no old_logprobs"):
+            separate.call_sharded("update", [without], PolicyLossConfig(), tokens, seqs)
+    finally:
+        for g in single:
+            g.kill()
