@@ -284,11 +284,17 @@ class BasePPOExp:
         )
         stack.callback(_logged, lambda: _shutdown_engines(engines))
         ready = [e.ready.remote() for e in engines]
-        if cfg.colocate_all:
+        # colocate_all on GPUs: vLLM refuses to start unless gpu_memory_utilization x device is free, so engines
+        # start and fall asleep before any DeepSpeed setup fills the devices. On CPU (no such check, sleep is a
+        # logged no-op) both load at once: ~4 s less start-up on 2 cores.
+        engines_first = cfg.colocate_all and plan.device == "gpu"
+        if engines_first:
             ray.get(ready)
-            ray.get([e.sleep.remote(SLEEP_LEVEL) for e in engines])  # a logged no-op on CPU
+            ray.get([e.sleep.remote(SLEEP_LEVEL) for e in engines])
             ready = []
         ray.get(ready + [ref for group, wcfg in setups for ref in group.call_async("setup", wcfg)])
+        if cfg.colocate_all and not engines_first:
+            ray.get([e.sleep.remote(SLEEP_LEVEL) for e in engines])  # the phase machine starts with engines asleep
         return Roles(
             policy=groups["policy"],
             engines=engines,

@@ -172,10 +172,12 @@ def test_an_unguarded_training_script_fails_before_ray_and_says_why(tmp_path):
     assert len(runs.read_text().split()) <= 3  # the parent, and each of the 2 workers once: no retries
 
 
+@pytest.mark.parametrize("device", ["gpu", "cpu"])
 @pytest.mark.parametrize("colocate_all", [True, False])
-def test_start_roles_orders_engines_before_deepspeed_under_colocate_all(monkeypatch, colocate_all):
-    """colocate_all: engines created -> ready -> asleep BEFORE any DeepSpeed setup is sent (vLLM refuses to start
-    on devices DeepSpeed already fills); split placement: engines and setups are awaited together."""
+def test_start_roles_orders_engines_before_deepspeed_under_colocate_all(monkeypatch, colocate_all, device):
+    """colocate_all on GPUs: engines created -> ready -> asleep BEFORE any DeepSpeed setup is sent (vLLM refuses to
+    start on devices DeepSpeed already fills); on CPU and under split placement engines and setups are awaited
+    together (colocated CPU engines are then put to sleep, a logged no-op, the phase machine's starting state)."""
     import contextlib
 
     from reasonrl.distributed import vllm_engine, worker_group
@@ -206,7 +208,7 @@ def test_start_roles_orders_engines_before_deepspeed_under_colocate_all(monkeypa
             pass
 
     class Plan(dict):
-        device = "cpu"
+        pass
 
     monkeypatch.setattr(worker_group, "WorkerGroup", Group)
     monkeypatch.setattr(vllm_engine, "create_vllm_engines", lambda *a, **k: events.append(("engines",)) or [Engine()])
@@ -214,9 +216,12 @@ def test_start_roles_orders_engines_before_deepspeed_under_colocate_all(monkeypa
     exp = BasePPOExp.__new__(BasePPOExp)
     exp.cfg = TinyGRPOCPUConfig(colocate_all=colocate_all)
     with contextlib.ExitStack() as stack:
-        exp._start_roles(stack, Plan(policy=None, vllm=None), num_steps=1, pad_token_id=0)
+        plan = Plan(policy=None, vllm=None)
+        plan.device = device
+        exp._start_roles(stack, plan, num_steps=1, pad_token_id=0)
         stack.pop_all()
-    if colocate_all:
+    together = [("engines",), ("ready",), ("policy.setup",), ("get", "ready", "policy.setup")]
+    if colocate_all and device == "gpu":
         assert events == [
             ("engines",),
             ("ready",),
@@ -226,5 +231,7 @@ def test_start_roles_orders_engines_before_deepspeed_under_colocate_all(monkeypa
             ("policy.setup",),
             ("get", "policy.setup"),
         ]
+    elif colocate_all:
+        assert events == together + [("sleep", SLEEP_LEVEL), ("get", "sleep")]
     else:
-        assert events == [("engines",), ("ready",), ("policy.setup",), ("get", "ready", "policy.setup")]
+        assert events == together
