@@ -9,6 +9,12 @@ Workload (the same as the TRL GRPOTrainer comparison): a random-init Qwen2 with 
 the right integer as a whole number (``benchmarks/addition_reward.py:reward``); per step 8 prompts x 4 samples, at
 most 64 new tokens, temperature 1.0, top-p 1, no KL and no reference model, lr 1e-5, one optimizer step per
 rollout, 12 steps, seed 0. Prints the median ``time/step`` of steps 3..12 and the median of each part.
+
+    python benchmarks/bench_grpo_step.py --floor                       # the compute floor of the update
+
+``--floor`` times a plain PyTorch forward + backward + AdamW step of the same model on a batch of the workload's
+shape (32 sequences of a 12-token prompt + 64 response tokens, log-probs of the response tokens), with as many
+threads as the machine has cores: what no framework can beat on this machine.
 """
 
 from __future__ import annotations
@@ -71,11 +77,37 @@ def workload(root: Path, steps: int) -> TinyGRPOCPUConfig:
     )
 
 
+def plain_torch_step(repeats: int = 5) -> None:
+    import os
+    import time
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path(SPEC), dtype=torch.float32, attn_implementation="sdpa")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    ids = torch.randint(3, SPEC.vocab_size, (32, 12 + 64), generator=torch.Generator().manual_seed(0))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        logits = model(input_ids=ids, use_cache=False).logits[:, 11:-1]  # [32, 64, vocab]: response positions
+        logprobs = logits.float().log_softmax(-1).gather(-1, ids[:, 12:, None])  # [32, 64, 1]
+        (-logprobs.mean()).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        times.append(time.perf_counter() - start)
+    print(f"plain PyTorch step, {torch.get_num_threads()} threads: median {statistics.median(times[1:]):.2f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="config overrides key=value (as on a recipe's command line)")
     parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--floor", action="store_true", help="time a plain PyTorch training step instead")
     args = parser.parse_args()
+    if args.floor:
+        return plain_torch_step()
     from reasonrl.exp import BasePPOExp
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,6 +1,6 @@
 """GRPO that measurably learns on CPU: 2-digit addition from the SFT warm start ``arith-sft`` (the `make demo` run).
 
-    python -m playground.arith_grpo_cpu                       # 30 steps, ~6 min on 2 cores (+ ~2 min SFT once)
+    python -m playground.arith_grpo_cpu                       # 30 steps, ~2 min on 2 cores (+ ~2 min SFT once)
     python -m playground.arith_grpo_cpu max_steps=10 actor_lr=2e-4
 
 The policy starts from ``pretrain=arith-sft`` (a 5M-parameter Qwen2 fine-tuned on ``a+b=`` -> ``c`` until ~60%

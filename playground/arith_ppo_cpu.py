@@ -1,6 +1,6 @@
 """PPO with GAE and a critic on the arithmetic task, from the SFT warm start (see ``playground.arith_grpo_cpu``).
 
-    python -m playground.arith_ppo_cpu                        # 30 steps, ~9 min on 2 cores
+    python -m playground.arith_ppo_cpu                        # 30 steps, ~3 min on 2 cores
 
 GAE with gamma = lambda = 1 (the reward sits on the last token); the critic starts from the warm start plus a
 fresh value head; advantages are whitened over the batch.

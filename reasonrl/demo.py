@@ -1,7 +1,7 @@
 """The embedded default run (``make demo``): RL on CPU that measurably improves a model, with before/after numbers.
 
-    python -m reasonrl.demo                      # GRPO, 30 steps: ~6 min on 2 cores (+ ~2 min SFT the first time)
-    python -m reasonrl.demo --algo ppo           # PPO with GAE and a critic (~9 min)
+    python -m reasonrl.demo                      # GRPO, 30 steps: ~2 min on 2 cores (+ ~2 min SFT the first time)
+    python -m reasonrl.demo --algo ppo           # PPO with GAE and a critic (~3 min)
     python -m reasonrl.demo --algo both --steps 10
 
 1. Warm start (``pretrain=arith-sft``, ``reasonrl.models.warm_start``): a 5M-parameter Qwen2 fine-tuned by the

