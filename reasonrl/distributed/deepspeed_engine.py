@@ -60,6 +60,7 @@ def build_ds_config(
     offload_params: bool = False,
     train: bool = True,
     grad_accum_dtype: str | None = "auto",
+    memory_efficient_linear: bool | None = None,
 ) -> dict[str, Any]:
     """A DeepSpeed config dict. Invalid values raise ``ValueError`` naming the field.
 
@@ -82,6 +83,10 @@ def build_ds_config(
             ``"auto"`` (the default) is ``"fp32"`` for bf16 training under ZeRO >= 1 (bf16 accumulation loses
             ~0.4% of the gradient at 8 micro-batches, ~1.4% at 128) and ``None`` otherwise (fp32 models, ZeRO-0,
             frozen models).
+        memory_efficient_linear: ZeRO-3's replacement of ``F.linear`` by its own autograd function (DeepSpeed's
+            default, meant for autocast memory). ``None`` (auto): DeepSpeed's default on GPU placements, off on CPU
+            placements, where it cost a quarter of the update (measured: the GRPO update of a 26 M-parameter model
+            3.9 s with it, 3.1 s without; the same maths, torch's fused linear).
     """
     if grad_accum_dtype == "auto":
         grad_accum_dtype = "fp32" if bf16 and train and zero_stage in (1, 2, 3) else None
@@ -110,7 +115,13 @@ def build_ds_config(
         _require(ok, field, message)
     zero: dict[str, Any] = {"stage": zero_stage}
     if zero_stage == 3:
-        zero |= {"stage3_param_persistence_threshold": 10_000, "stage3_max_live_parameters": 1e9}
+        if memory_efficient_linear is None:
+            memory_efficient_linear = device_type() == "cuda"
+        zero |= {
+            "stage3_param_persistence_threshold": 10_000,
+            "stage3_max_live_parameters": 1e9,
+            "memory_efficient_linear": bool(memory_efficient_linear),
+        }
         if offload_params:
             zero["offload_param"] = {"device": "cpu", "pin_memory": True}  # pinning is a no-op on CPU hosts
     if offload_optimizer and train:
