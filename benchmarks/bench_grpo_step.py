@@ -117,7 +117,7 @@ def main() -> None:
         rows = metrics_by_step(read_metrics(Path(cfg.log_dir) / cfg.exp_name / "metrics.jsonl"))
     timed = [rows[s] for s in range(3, args.steps + 1) if "time/step" in rows.get(s, {})]
     median = {k: statistics.median(r[k] for r in timed) for k in ("time/step", *PARTS) if all(k in r for r in timed)}
-    tokens = statistics.median(r.get("response/length_mean", 0) * 32 for r in timed)
+    tokens = statistics.median(r.get("response/length_mean", 0) * cfg.rollout_samples_per_step for r in timed)
     print(f"overrides: {' '.join(args.overrides) or '(none)'}")
     print(f"median of steps 3..{args.steps}: {median['time/step']:.2f} s/step, ~{tokens:.0f} completion tokens/step")
     print("  " + ", ".join(f"{k[5:]} {v:.2f}" for k, v in median.items() if k != "time/step"))

@@ -137,14 +137,11 @@ def predicted_phase_bytes(s: Setup) -> dict[str, int]:
 def largest_micro_batch_tokens(samples: Sequence[tuple[list[int], list[int]]], max_tokens: int) -> int:
     """Tokens of the largest micro-batch the policy runs on ``samples``: the padded ``[count, P+T]`` grid of each
     micro-batch of :func:`reasonrl.models.split_by_token_budget` (padded layout: ``WorkerConfig.packing`` off)."""
-    from reasonrl.models import split_by_token_budget
+    from reasonrl.models import padded_grid_tokens, split_by_token_budget
 
     lengths = [len(p) + len(r) for p, r in samples]
     batches = split_by_token_budget(lengths, max_tokens, padded=True, prompt_lengths=[len(p) for p, _ in samples])
-    return max(
-        (len(b) * (max(len(samples[i][0]) for i in b) + max(len(samples[i][1]) for i in b)) for b in batches),
-        default=0,
-    )
+    return max((padded_grid_tokens([samples[i] for i in b]) for b in batches), default=0)
 
 
 def compare_memory(

@@ -228,22 +228,21 @@ class PPOTrainer(RolloutMixin):
         width = max(len(r) for _, r in samples)
         action_mask = padded_from_rows([[1.0] * len(r) for _, r in samples], width).bool()
         exp = Experience(samples=samples, action_mask=action_mask)
-        calls = {}
+        calls = {}  # role -> (group, method, args, whether each rank returns (output, entropy))
         if not cfg.reuses_current_logprobs:  # else the update takes its own log-probs (cfg.reuses_current_logprobs)
-            calls["policy"] = (roles.policy, "compute_logprobs", (cfg.temperature,))
+            calls["policy"] = (roles.policy, "compute_logprobs", (cfg.temperature,), True)
         if roles.ref is not None:
-            calls["ref"] = (roles.ref, "compute_logprobs", (cfg.temperature,))
+            calls["ref"] = (roles.ref, "compute_logprobs", (cfg.temperature,), False)
         if roles.critic is not None:
-            calls["critic"] = (roles.critic, "compute_values", ())
+            calls["critic"] = (roles.critic, "compute_values", (), False)
 
-        async def job(group, method, args):
+        async def job(group, method, args, with_entropy):
             """The role's output in batch order: each rank's rows placed back at its shard's indices."""
             shards = exp.shard_indices(group.world_size)
             parts = await _gather_refs(
                 group.call_sharded_async(method, [[samples[i] for i in idx] for idx in shards], *args)
             )
-            parts = [p[0] if isinstance(p, (tuple, list)) else p for p in parts]  # the policy: [logprobs, entropy]
-            return _stitch(parts, width, shards)
+            return _stitch([p[0] for p in parts] if with_entropy else parts, width, shards)
 
         if cfg.colocate_all:
             done = {name: await job(*call) for name, call in calls.items()}

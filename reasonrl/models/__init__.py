@@ -12,6 +12,7 @@ from reasonrl.models.batching import (
     pack_batch,
     packing_pays,
     pad_batch,
+    padded_grid_tokens,
     scatter_to_padded,
     split_by_token_budget,
     split_fixed,
@@ -51,6 +52,7 @@ __all__ = [
     "split_by_token_budget",
     "split_fixed",
     "packing_pays",
+    "padded_grid_tokens",
     "supports_packing",
     "tiny_model_path",
 ]

@@ -228,6 +228,13 @@ def supports_packing(attn_implementation: str | None) -> bool:
     return False
 
 
+def padded_grid_tokens(samples: Sequence[Sample]) -> int:
+    """Cells of the ``[count, P+T]`` grid :func:`pad_batch` builds for ``samples`` (the padded layout's cost)."""
+    if not samples:
+        return 0
+    return len(samples) * (max(len(p) for p, _ in samples) + max(len(r) for _, r in samples))
+
+
 def split_by_token_budget(
     lengths: Sequence[int],
     max_tokens_per_micro_batch: int,

@@ -14,6 +14,7 @@ from reasonrl.models.batching import (
     action_mask_from_lens,
     pack_batch,
     pad_batch,
+    padded_grid_tokens,
     scatter_to_padded,
     split_by_token_budget,
     split_fixed,
@@ -129,6 +130,8 @@ def test_padded_budget_counts_the_grid_pad_batch_builds():
     assert planned == [[0], [1]]
     for mb in planned:  # what really runs fits the budget
         assert pad_batch([samples[i] for i in mb], 0).input_ids.numel() <= 30
+    assert padded_grid_tokens(samples) == pad_batch(samples, 0).input_ids.numel() == 40
+    assert padded_grid_tokens([]) == 0
 
 
 @pytest.mark.parametrize("padded", [False, True])
