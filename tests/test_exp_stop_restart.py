@@ -43,8 +43,7 @@ def tagged_pids(tag: str) -> list[int]:
                     pids.add(int(entry))
         except OSError:  # gone, or not ours to read
             continue
-    for pid in list(pids):
-        pids.update(descendants(pid))
+    pids.update(descendants(*pids))
     return sorted(pids)
 
 

@@ -72,8 +72,9 @@ def marked_pids(run_id: str) -> list[int]:
     return out
 
 
-def descendants(root: int) -> dict[int, str]:
-    """Every live descendant of ``root`` (children, their children, ...) as ``{pid: start time}``."""
+def descendants(*roots: int) -> dict[int, str]:
+    """Every live descendant of ``roots`` (children, their children, ...) as ``{pid: start time}``; one scan of
+    ``/proc`` whatever the number of roots."""
     children: dict[int, list[int]] = {}
     started: dict[int, str] = {}
     for pid in _pids():
@@ -82,11 +83,13 @@ def descendants(root: int) -> dict[int, str]:
             continue
         children.setdefault(int(stat[1]), []).append(pid)  # field 4: parent pid
         started[pid] = stat[19].decode()  # field 22: start time in clock ticks since boot
-    out, todo = {}, list(children.get(root, []))
+    out: dict[int, str] = {}
+    todo = [child for root in roots for child in children.get(root, [])]
     while todo:
         pid = todo.pop()
-        out[pid] = started[pid]
-        todo.extend(children.get(pid, []))
+        if pid not in out:
+            out[pid] = started[pid]
+            todo.extend(children.get(pid, []))
     return out
 
 
@@ -135,10 +138,9 @@ def watch(driver_pid: int, run_id: str) -> int:
         """The run's live processes: recorded ones (same start time), marked ones, and their descendants."""
         pids = {pid for pid, start in known.items() if _start_time(pid) == start}
         pids.update(marked_pids(run_id))
-        for pid in list(pids):
-            for child, start in descendants(pid).items():
-                known[child] = start
-                pids.add(child)
+        children = descendants(*pids)
+        known.update(children)
+        pids.update(children)
         return [pid for pid in pids if pid != me and not _is_reaper(pid)]
 
     found = set(left := alive())
