@@ -295,6 +295,12 @@ def export_main(out_dir: str, rank: str, world_size: str, port: str, *model_dirs
         )
         del model, hf_keep
     (Path(out_dir) / f"rank{rank_}.json").write_text(json.dumps(result))
+    # Both ranks leave the gloo group together: a rank exiting while its peer still tears the group down aborted
+    # once at interpreter exit ("terminate called without an active exception", exit -6).
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
     print("probe-done", flush=True)
 
 
