@@ -15,6 +15,7 @@ hence separate ones. Two modes:
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import time
@@ -295,13 +296,16 @@ def export_main(out_dir: str, rank: str, world_size: str, port: str, *model_dirs
         )
         del model, hf_keep
     (Path(out_dir) / f"rank{rank_}.json").write_text(json.dumps(result))
-    # Both ranks leave the gloo group together: a rank exiting while its peer still tears the group down aborted
-    # once at interpreter exit ("terminate called without an active exception", exit -6).
+    # Both ranks leave the gloo group together, then exit without the interpreter's teardown: a C++ thread of the
+    # communication stack aborted it about one run in ten ("terminate called without an active exception", -6),
+    # after every result had been written.
     import torch.distributed as dist
 
     dist.barrier()
     dist.destroy_process_group()
     print("probe-done", flush=True)
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
