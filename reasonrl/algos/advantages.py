@@ -91,6 +91,84 @@ def _broadcast(per_sample: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, per_sample[:, None].expand(mask.shape), torch.zeros(mask.shape, device=mask.device))
 
 
+def _has_holes(mask: torch.Tensor) -> bool:
+    """Whether some row has a masked token followed by a valid one (multi-turn holes, or left padding)."""
+    return bool((mask[:, 1:] & ~mask[:, :-1]).any())
+
+
+def _next_valid(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """out[i, t] = x[i, k] for the first valid k > t, 0 when there is none. [batch, seq], a new tensor.
+
+    ``x`` must be 0 at masked positions. The index of the next valid token is a reverse running minimum of
+    ``where(mask, t, seq)``.
+    """
+    batch, seq = mask.shape
+    if not _has_holes(mask):  # valid tokens are one block: the next valid token is t + 1 (or a masked 0)
+        return torch.nn.functional.pad(x[:, 1:], (0, 1))
+    positions = torch.arange(seq, device=mask.device).expand(batch, seq)
+    index = torch.where(mask, positions, seq)  # [batch, seq], seq = "none"
+    next_index = index.flip(1).cummin(dim=1).values.flip(1)  # first valid k >= t
+    next_index = torch.nn.functional.pad(next_index[:, 1:], (0, 1), value=seq)  # first valid k > t
+    return torch.nn.functional.pad(x, (0, 1)).gather(1, next_index)  # column seq holds the 0
+
+
+def _skip_masked_discounts(discount: float, mask: torch.Tensor) -> float | torch.Tensor:
+    """Per-token discounts for ``discounted_reverse_cumsum`` that carry the sum through masked holes unchanged:
+    d_t = discount at valid tokens, 1 at masked ones (a plain float when no hole can matter)."""
+    if discount == 1.0 or not _has_holes(mask):
+        return discount
+    return torch.where(mask, torch.tensor(discount, dtype=torch.float32, device=mask.device), 1.0)
+
+
+def discounted_reverse_cumsum(x: torch.Tensor, discount: float | torch.Tensor, block: int = 64) -> torch.Tensor:
+    """y_t = x_t + d_t * y_{t+1} along the last dim (y after the end = 0). x: [batch, seq] -> [batch, seq].
+
+    ``discount``: one float d, so y_t = sum_{k >= 0} d^k x_{t+k}; or per-token discounts d [batch, seq], so
+    y_t = sum_{k >= t} (prod_{t <= j < k} d_j) x_k. How, all without a Python loop over tokens:
+
+    * d == 1: a plain reverse cumsum.
+    * float d: blocks of ``block`` tokens, [batch, seq / block, block]. Inside each block a [block, block]
+      matmul with W[t, k] = d^(k - t) (k >= t, else 0) gives the in-block sums y'. The value at each block's
+      first token obeys the same recursion one level up, Y_b = y'_b[0] + d^block * Y_{b+1} ([batch, seq / block],
+      solved by calling this function again), and then y_t = y'_t + d^(block - t) * Y_{b+1}. Every weight is a
+      power of d with exponent <= block, never divided by, so nothing overflows for d <= 1 (small powers
+      underflow to 0, their limit). On CUDA the matmul runs in float64, so TF32 settings cannot change it.
+    * per-token d (masked holes): a log-depth doubling scan (Hillis-Steele) on (y, D): after the pass with shift
+      s, y_t and D_t hold the sum and the discount product over [t, t + 2s); one pass is y_t += D_t * y_{t+s},
+      D_t *= D_{t+s}: ceil(log2(seq)) elementwise passes, products of factors <= 1, tree-shaped sums.
+    """
+    if isinstance(discount, torch.Tensor):
+        return _reverse_affine_scan(x, discount.to(x.dtype))
+    if discount == 1.0:
+        return x.flip(-1).cumsum(-1).flip(-1)
+    batch, seq = x.shape
+    num_blocks = -(-seq // block)
+    blocks = torch.nn.functional.pad(x, (0, num_blocks * block - seq)).view(batch, num_blocks, block)
+    matmul_dtype = torch.float64 if x.is_cuda else x.dtype
+    steps = torch.arange(block, dtype=torch.float64, device=x.device)  # [block]
+    distance = steps[None, :] - steps[:, None]  # [block, block]: k - t
+    weights = torch.where(distance >= 0, discount ** distance.clamp(min=0), 0.0)  # W[t, k] = d^(k - t)
+    y = (blocks.to(matmul_dtype) @ weights.T.to(matmul_dtype)).to(x.dtype)  # [batch, num_blocks, block]
+    if num_blocks > 1:
+        # y at each block's first token: Y_b = y_b[0] + d^block * Y_{b+1}, the same scan one level up
+        block_starts = discounted_reverse_cumsum(y[:, :, 0].contiguous(), discount**block, block)  # [batch, nb]
+        next_block_start = torch.nn.functional.pad(block_starts[:, 1:], (0, 1))  # [batch, num_blocks]
+        to_next_block = (discount ** (block - steps)).to(x.dtype)  # [block]: d^(block - t)
+        y.addcmul_(next_block_start[:, :, None], to_next_block)
+    return y.view(batch, num_blocks * block)[:, :seq]
+
+
+def _reverse_affine_scan(x: torch.Tensor, discounts: torch.Tensor) -> torch.Tensor:
+    """y_t = x_t + d_t * y_{t+1} with per-token d [batch, seq], by the doubling scan described above."""
+    seq, shift = x.shape[-1], 1
+    y, d = x.clone(), discounts.clone()
+    while shift < seq:
+        y[..., : seq - shift] += d[..., : seq - shift] * y[..., shift:]
+        d[..., : seq - shift] = d[..., : seq - shift] * d[..., shift:]
+        shift *= 2
+    return y
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # estimators
 
@@ -119,6 +197,16 @@ def gae_advantages(
     Masked positions are skipped: V_next and A_next are carried through them unchanged.
     With gamma = lam = 1 and an outcome reward R at the last token: A_t = R - V_t and R_t = R (ORZ's recipe).
 
+    Vectorised (no Python loop over tokens), [batch, seq] tensors throughout::
+
+        V_next_t = V_k for the first valid k > t (0 if none)       (``_next_valid``; V_{t+1} without holes)
+        delta_t  = (r_t + gamma * V_next_t - V_t) * m_t
+        A_t      = delta_t + d_t * A_{t+1},  d_t = gamma * lam at valid tokens, 1 at masked ones
+                 = sum_{k >= 0} (gamma * lam)^k * delta_{t+k}       when there are no holes
+
+    computed by ``discounted_reverse_cumsum`` (a reverse cumsum for gamma * lam = 1, else a blocked scan), then
+    zeroed at masked positions. Equal to the recursion up to fp32 rounding.
+
     Needs: token_rewards [batch] or [batch, seq], values [batch, seq]. Uses gamma, lam.
     Returns: (advantages [batch, seq], returns [batch, seq]), zeros at masked positions.
     """
@@ -128,18 +216,13 @@ def gae_advantages(
     values = values.detach().float()  # [batch, seq]
     if values.shape != mask.shape:
         raise ValueError(f"values shape {tuple(values.shape)} != action_mask {tuple(mask.shape)}")
-    batch, seq = mask.shape
-    advantages = torch.zeros(batch, seq, dtype=torch.float32, device=mask.device)
-    next_value = torch.zeros(batch, dtype=torch.float32, device=mask.device)  # [batch]
-    next_adv = torch.zeros(batch, dtype=torch.float32, device=mask.device)  # [batch]
-    for t in reversed(range(seq)):
-        valid = mask[:, t]  # [batch]
-        delta = rewards[:, t] + gamma * next_value - values[:, t]
-        adv_t = delta + gamma * lam * next_adv
-        next_adv = torch.where(valid, adv_t, next_adv)
-        next_value = torch.where(valid, values[:, t], next_value)
-        advantages[:, t] = torch.where(valid, adv_t, torch.zeros_like(adv_t))
-    returns = torch.where(mask, advantages + values, torch.zeros_like(advantages))
+    padding = ~mask
+    values = values.masked_fill(padding, 0.0)  # padded values are never used
+    # in-place steps on fresh [batch, seq] tensors: at this size the work is memory-bound
+    deltas = _next_valid(values, mask).mul_(gamma).add_(rewards).sub_(values).masked_fill_(padding, 0.0)
+    advantages = discounted_reverse_cumsum(deltas, _skip_masked_discounts(gamma * lam, mask))
+    advantages = advantages.masked_fill_(padding, 0.0)
+    returns = advantages + values  # 0 at masked positions: both terms are
     return advantages, returns
 
 
@@ -237,16 +320,13 @@ def rloo_advantages(
 
 
 def _reward_to_go(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
-    """G_t = r_t + gamma * G_next over valid tokens; masked positions carry G_next through. -> [batch, seq]."""
-    batch, seq = mask.shape
-    out = torch.zeros(batch, seq, dtype=torch.float32, device=mask.device)
-    running = torch.zeros(batch, dtype=torch.float32, device=mask.device)  # [batch]
-    for t in reversed(range(seq)):
-        valid = mask[:, t]
-        g_t = rewards[:, t] + gamma * running
-        running = torch.where(valid, g_t, running)
-        out[:, t] = torch.where(valid, g_t, torch.zeros_like(g_t))
-    return out
+    """G_t = r_t + gamma * G_next over valid tokens; masked positions carry G_next through. -> [batch, seq].
+
+    Vectorised like ``gae_advantages``: G = discounted_reverse_cumsum(r, d) with d_t = gamma at valid tokens, 1 at
+    masked ones (``rewards`` is already 0 at masked positions).
+    """
+    returns = discounted_reverse_cumsum(rewards, _skip_masked_discounts(gamma, mask))
+    return torch.where(mask, returns, torch.zeros_like(returns))
 
 
 @torch.no_grad()

@@ -17,6 +17,7 @@ from reasonrl.algos import (
     masked_whiten,
     outcome_to_token_rewards,
 )
+from reasonrl.algos.advantages import discounted_reverse_cumsum
 
 # Scores and groups used by several hand-computed cases: non-contiguous groups of sizes 3, 2 and 1.
 GROUP_IDS = torch.tensor([5, 2, 5, 9, 2, 5])
@@ -117,6 +118,98 @@ def test_gae_matches_explicit_loop_on_random_batch():
         n = int(mask[i].sum())
         expected = _explicit_gae(token_rewards[i, :n].tolist(), values[i, :n].tolist(), 0.99, 0.95)
         assert_close(adv[i, :n], torch.tensor(expected))
+
+
+def _loop_gae(rewards, values, mask, gamma, lam):
+    """The original per-token loop of ``gae_advantages`` (reference for the vectorised version)."""
+    mask = mask.bool()
+    rewards = torch.where(mask, rewards, torch.zeros_like(rewards))
+    batch, seq = mask.shape
+    advantages = torch.zeros(batch, seq, dtype=rewards.dtype)
+    next_value = torch.zeros(batch, dtype=rewards.dtype)
+    next_adv = torch.zeros(batch, dtype=rewards.dtype)
+    for t in reversed(range(seq)):
+        valid = mask[:, t]
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        adv_t = delta + gamma * lam * next_adv
+        next_adv = torch.where(valid, adv_t, next_adv)
+        next_value = torch.where(valid, values[:, t], next_value)
+        advantages[:, t] = torch.where(valid, adv_t, torch.zeros_like(adv_t))
+    returns = torch.where(mask, advantages + values, torch.zeros_like(advantages))
+    return advantages, returns
+
+
+def _loop_reward_to_go(rewards, mask, gamma):
+    """The original per-token loop of ``_reward_to_go`` (reinforce_plus_plus, remax)."""
+    mask = mask.bool()
+    out = torch.zeros(mask.shape, dtype=rewards.dtype)
+    running = torch.zeros(mask.shape[0], dtype=rewards.dtype)
+    for t in reversed(range(mask.shape[1])):
+        g_t = rewards[:, t] + gamma * running
+        running = torch.where(mask[:, t], g_t, running)
+        out[:, t] = torch.where(mask[:, t], g_t, torch.zeros_like(g_t))
+    return out
+
+
+def _random_mask(batch, seq, kind, gen):
+    """Right-padded prefixes, or masks with holes (multi-turn), or left padding, with some empty rows."""
+    lengths = torch.randint(0, seq + 1, (batch,), generator=gen)
+    prefix = torch.arange(seq)[None, :] < lengths[:, None]
+    if kind == "prefix":
+        return prefix
+    if kind == "left":
+        return prefix.flip(1)
+    holes = torch.rand(batch, seq, generator=gen) < 0.3
+    return prefix & ~holes
+
+
+def _close_to_reference(actual, expected, rtol=1e-5):
+    """fp32 tolerance relative to the magnitude of the row (cancellation makes single entries small)."""
+    scale = expected.abs().amax(dim=-1, keepdim=True).clamp(min=1.0)
+    assert ((actual - expected).abs() <= rtol * scale).all(), (actual - expected).abs().max()
+
+
+@pytest.mark.parametrize("kind", ["prefix", "holes", "left"])
+@pytest.mark.parametrize(("gamma", "lam"), [(1.0, 1.0), (0.99, 0.95), (0.5, 0.0), (0.9, 1.0)])
+@pytest.mark.parametrize(("batch", "seq"), [(7, 1), (16, 37), (5, 3000)])
+def test_gae_vectorised_matches_the_token_loop(kind, gamma, lam, batch, seq):
+    gen = torch.Generator().manual_seed(batch * seq + int(100 * gamma) + int(10 * lam))
+    mask = _random_mask(batch, seq, kind, gen)
+    rewards = 0.01 * torch.randn(batch, seq, generator=gen) + (torch.rand(batch, seq, generator=gen) < 0.01)
+    values = torch.randn(batch, seq, generator=gen)
+    adv, ret = _run("gae", token_rewards=rewards, action_mask=mask, values=values, gamma=gamma, lam=lam)
+    ref_adv, ref_ret = _loop_gae(rewards.double(), values.double(), mask, gamma, lam)
+    _close_to_reference(adv.double(), ref_adv)
+    _close_to_reference(ret.double(), ref_ret)
+    assert (adv[~mask] == 0).all() and (ret[~mask] == 0).all()
+    loop_adv, _ = _loop_gae(rewards, values, mask, gamma, lam)  # the old fp32 loop: same answer
+    _close_to_reference(adv, loop_adv)
+
+
+@pytest.mark.parametrize("kind", ["prefix", "holes"])
+@pytest.mark.parametrize("gamma", [1.0, 0.99, 0.5])
+def test_reward_to_go_vectorised_matches_the_token_loop(kind, gamma):
+    gen = torch.Generator().manual_seed(11)
+    mask = _random_mask(9, 500, kind, gen)
+    rewards = torch.randn(9, 500, generator=gen)
+    ret = _run("reinforce_plus_plus", token_rewards=rewards, action_mask=mask, gamma=gamma)[1]
+    ref = _loop_reward_to_go(torch.where(mask, rewards, 0.0).double(), mask, gamma)
+    _close_to_reference(ret.double(), ref)
+
+
+@pytest.mark.parametrize("discount", [1.0, 0.999, 0.9405, 0.3, 0.0])
+def test_discounted_reverse_cumsum_is_stable_on_long_sequences(discount):
+    """float64 check of the doubling scan: 20000 tokens, error close to float64 rounding, nothing overflows."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 20000, generator=gen, dtype=torch.float64)
+    y = discounted_reverse_cumsum(x, discount)
+    expected = torch.zeros_like(x)
+    running = torch.zeros(3, dtype=torch.float64)
+    for t in reversed(range(x.shape[1])):
+        running = x[:, t] + discount * running
+        expected[:, t] = running
+    assert torch.isfinite(y).all()
+    _close_to_reference(y, expected, rtol=1e-11)
 
 
 # ---------------------------------------------------------------------------------------------------------- GRPO
@@ -382,3 +475,31 @@ def test_bad_shapes_and_group_ids_raise():
         _run("grpo", token_rewards=torch.ones(2, 4), action_mask=mask, group_ids=torch.tensor([0, 1]))
     with pytest.raises(ValueError, match="values shape"):
         _run("gae", token_rewards=torch.ones(2), action_mask=mask, values=torch.ones(2, 4))
+
+
+def test_discounted_reverse_cumsum_with_per_token_discounts():
+    """Per-token discounts (1 at masked holes): the doubling scan equals y_t = x_t + d_t * y_{t+1}."""
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 3001, generator=gen, dtype=torch.float64)
+    d = torch.where(torch.rand(4, 3001, generator=gen) < 0.2, 1.0, 0.99 * 0.95).double()
+    y = discounted_reverse_cumsum(x, d)
+    expected = torch.zeros_like(x)
+    running = torch.zeros(4, dtype=torch.float64)
+    for t in reversed(range(x.shape[1])):
+        running = x[:, t] + d[:, t] * running
+        expected[:, t] = running
+    _close_to_reference(y, expected, rtol=1e-11)
+
+
+@pytest.mark.parametrize("seq", [1, 3, 4, 5, 16, 17, 63, 64, 65, 130])
+def test_discounted_reverse_cumsum_block_boundaries(seq):
+    """Small blocks force several levels of the block recursion and partial last blocks."""
+    gen = torch.Generator().manual_seed(seq)
+    x = torch.randn(2, seq, generator=gen, dtype=torch.float64)
+    expected = torch.zeros_like(x)
+    running = torch.zeros(2, dtype=torch.float64)
+    for t in reversed(range(seq)):
+        running = x[:, t] + 0.9 * running
+        expected[:, t] = running
+    for block in (2, 4, 64):
+        _close_to_reference(discounted_reverse_cumsum(x, 0.9, block=block), expected, rtol=1e-12)
