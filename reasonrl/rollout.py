@@ -1,6 +1,10 @@
 """Rollout of one training step: generate with every vLLM engine, score (rule or user reward, plus the learned
 reward model), DAPO dynamic sampling, the ReMax greedy baseline, and the step's rollout metrics.
 
+Scoring is streamed (as in ORZ): the completions of engine e are scored as soon as engine e returns, while the
+other engines still generate (``generate_and_score``); the assembled order is the engine order, as without
+streaming.
+
 ``RolloutMixin`` is part of :class:`reasonrl.trainer.PPOTrainer` (it uses the trainer's ``cfg``, ``roles``,
 ``tokenizer``, ``template``, ``scorer``, ``sampler``, ``reward_model_encoder`` and ``global_step``); it lives here so
 each file keeps one job.
@@ -39,6 +43,22 @@ class Rollout:
         return len(self.completions)
 
 
+@dataclasses.dataclass
+class ScoredGeneration:
+    """Completions in engine order (prompt_index into the given rows), their final rewards, and wall times.
+
+    ``generate_s``: from the launch until the LAST engine returned. ``reward_s``: scoring not hidden behind
+    generation, i.e. from the last engine's return until every part (and the reward model) was scored.
+    ``reward_overlapped_s``: scoring that ran while some engine was still generating.
+    """
+
+    completions: list[Completion]
+    results: list
+    generate_s: float
+    reward_s: float
+    reward_overlapped_s: float
+
+
 class RolloutMixin:
     def encode(self, rows: Sequence[dict]) -> list[list[int]]:
         """Prompt token ids (the template's text, tokenized without extra special tokens), cut to max_prompt_len."""
@@ -48,8 +68,12 @@ class RolloutMixin:
             ids.append(tokens[-self.cfg.max_prompt_len :])
         return ids
 
-    async def generate(self, rows: Sequence[dict], *, n: int, temperature: float, seed: int) -> list[Completion]:
-        """Sample ``n`` completions per row, prompts split evenly over the engines (all at once)."""
+    def start_generation(self, rows: Sequence[dict], *, n: int, temperature: float, seed: int) -> tuple[list, list]:
+        """Launch ``n`` samples per row, prompts split evenly over the engines (contiguous parts).
+
+        Returns (refs, bounds): refs[e] resolves to engine e's completions, whose prompt_index counts from
+        bounds[e] (engine e got rows[bounds[e]:bounds[e + 1]]).
+        """
         from reasonrl.distributed.vllm_engine import SamplingConfig
 
         cfg, engines = self.cfg, self.roles.engines
@@ -68,11 +92,14 @@ class RolloutMixin:
                 seed=derive_seed(seed, e),
             )
             refs.append(engine.generate.remote(prompt_ids[bounds[e] : bounds[e + 1]], sampling))
+        return refs, bounds
+
+    async def generate(self, rows: Sequence[dict], *, n: int, temperature: float, seed: int) -> list[Completion]:
+        """Sample ``n`` completions per row, prompts split evenly over the engines (all at once), engine order."""
+        refs, bounds = self.start_generation(rows, n=n, temperature=temperature, seed=seed)
         out: list[Completion] = []
         for e, part in enumerate(await asyncio.gather(*refs)):
-            for c in part:
-                c.prompt_index += bounds[e]
-                out.append(c)
+            out += _with_prompt_offset(part, bounds[e])
         return out
 
     async def score(
@@ -82,14 +109,59 @@ class RolloutMixin:
         free), plus the learned reward model's score when there is one (also appended to ``model_scores``).
         Everything downstream (dynamic sampling, the logged reward, the advantages) sees the same final reward."""
         results = await asyncio.to_thread(self.scorer, completions, rows)
-        if self.roles.reward_model is not None and completions:
-            scores = await self.reward_model_scores(completions)
-            for r, s in zip(results, scores.tolist(), strict=True):
-                r.reward = float(r.reward) + s
-                r.model_score = s
-            if model_scores is not None:
-                model_scores.extend(scores.tolist())
+        await self.add_reward_model_scores(completions, results, model_scores)
         return results
+
+    async def generate_and_score(
+        self, rows: Sequence[dict], *, n: int, temperature: float, seed: int, model_scores: list | None = None
+    ) -> ScoredGeneration:
+        """``generate`` + ``score`` with the scoring streamed: engine e's completions go to the scorer (in a worker
+        thread, one part at a time) as soon as engine e returns, while the other engines still generate.
+
+        Completions and results come back in engine order with the same prompt_index offsets as ``generate``, so
+        everything equals ``score(generate(...))`` as long as the scorer scores each sample on its own (true for
+        the math rule; a user reward function sees one engine's part per call). The learned reward model, when
+        there is one, scores all completions after the last engine returned (``model_scores`` in engine order).
+        """
+        start = time.perf_counter()
+        refs, bounds = self.start_generation(rows, n=n, temperature=temperature, seed=seed)
+        one_scorer_at_a_time = asyncio.Lock()  # a user reward function need not be thread-safe
+        returned_at: list[float] = []  # when each engine returned
+        scoring_spans: list[tuple[float, float]] = []  # (begin, end) of each scorer call; disjoint (the lock)
+
+        async def generate_then_score(ref, offset: int) -> tuple[list[Completion], list]:
+            part = _with_prompt_offset(await ref, offset)
+            returned_at.append(time.perf_counter())
+            if not part:
+                return part, []
+            async with one_scorer_at_a_time:
+                begin = time.perf_counter()
+                results = await asyncio.to_thread(self.scorer, part, [rows[c.prompt_index] for c in part])
+                scoring_spans.append((begin, time.perf_counter()))
+            return part, list(results)
+
+        parts = await asyncio.gather(*(generate_then_score(ref, bounds[e]) for e, ref in enumerate(refs)))
+        completions = [c for part, _ in parts for c in part]
+        results = [r for _, part_results in parts for r in part_results]
+        await self.add_reward_model_scores(completions, results, model_scores)
+        end = time.perf_counter()
+        generated = max(returned_at, default=start)
+        overlapped = sum(max(0.0, min(stop, generated) - begin) for begin, stop in scoring_spans)
+        return ScoredGeneration(completions, results, generated - start, end - generated, overlapped)
+
+    async def add_reward_model_scores(
+        self, completions: Sequence[Completion], results: Sequence, model_scores: list | None = None
+    ) -> None:
+        """With a learned reward model: add its score to each ``results[i].reward`` (and set ``model_score``),
+        appending the scores to ``model_scores``; without one, nothing."""
+        if self.roles.reward_model is None or not completions:
+            return
+        scores = (await self.reward_model_scores(completions)).tolist()
+        for r, s in zip(results, scores, strict=True):
+            r.reward = float(r.reward) + s
+            r.model_score = s
+        if model_scores is not None:
+            model_scores.extend(scores)
 
     async def reward_model_scores(self, completions: Sequence[Completion]) -> torch.Tensor:
         """[batch] scores of the learned reward model, in its own vocabulary (re-tokenised when it differs)."""
@@ -103,36 +175,41 @@ class RolloutMixin:
     async def greedy_baseline(self, rows: Sequence[dict], tries: int) -> list[float]:
         """ReMax: the final reward of one greedy (temperature 0) response per prompt. [len(rows)]"""
         seed = derive_seed(self.cfg.seed, "greedy", self.global_step, tries)
-        completions = await self.generate(rows, n=1, temperature=0.0, seed=seed)
-        results = await self.score(completions, [rows[c.prompt_index] for c in completions])
+        scored = await self.generate_and_score(rows, n=1, temperature=0.0, seed=seed)
         baseline = [0.0] * len(rows)
-        for c, r in zip(completions, results, strict=True):
+        for c, r in zip(scored.completions, scored.results, strict=True):
             baseline[c.prompt_index] = float(r.reward)
         return baseline
 
     async def rollout(self, rows: Sequence[dict], m: dict) -> Rollout:
         """Generate + score, with DAPO dynamic sampling (drop zero-variance groups, refill up to max tries), and
-        for remax one greedy response per prompt as the baseline. Filtering uses the final reward."""
+        for remax one greedy response per prompt as the baseline. Filtering uses the final reward.
+
+        Timing metrics (summed over refills; the remax greedy pass is not included): ``time/generate`` is the wall
+        time until the last engine returned; ``time/reward`` the scoring time NOT hidden behind generation (from
+        the last engine's return until all scoring finished); ``time/reward_overlapped`` the scoring seconds
+        that ran while engines were still generating (``generate_and_score`` streams each engine's part)."""
         cfg = self.cfg
         target = cfg.rollout_batch_size * cfg.n_samples_per_prompt
         kept = Rollout([], [], [], [], [] if cfg.advantage_estimator == "remax" else None)
         tries = total_groups = 0
-        gen_s = score_s = 0.0
+        gen_s = score_s = overlapped_s = 0.0
         gen_tokens = 0
         model_scores: list[float] = []  # reward-model score of every sample, before filtering
         greedy: list[float] = []  # remax: greedy reward of every prompt
         while True:
             if tries:
                 self.check_stop("dynamic-sampling refills")
-            start = time.perf_counter()
             seed = derive_seed(cfg.seed, "rollout", self.global_step, tries)
-            completions = await self.generate(rows, n=cfg.n_samples_per_prompt, temperature=cfg.temperature, seed=seed)
-            gen_s += time.perf_counter() - start
+            scored = await self.generate_and_score(
+                rows, n=cfg.n_samples_per_prompt, temperature=cfg.temperature, seed=seed, model_scores=model_scores
+            )
+            completions, results = scored.completions, scored.results
+            gen_s += scored.generate_s
+            score_s += scored.reward_s
+            overlapped_s += scored.reward_overlapped_s
             gen_tokens += sum(len(c.token_ids) for c in completions)
-            start = time.perf_counter()
             per_sample_rows = [rows[c.prompt_index] for c in completions]
-            results = await self.score(completions, per_sample_rows, model_scores)
-            score_s += time.perf_counter() - start
             baseline = await self.greedy_baseline(rows, tries) if kept.baselines is not None else None
             greedy += baseline or []
             groups = [total_groups + c.prompt_index for c in completions]  # unique across refills
@@ -160,7 +237,8 @@ class RolloutMixin:
             m["sampling/kept_groups_frac"] = len(set(kept.group_ids)) / max(total_groups, 1)
             m["sampling/tries"] = float(tries)
             m["sampling/samples"] = float(len(kept))
-        m |= {"time/generate": gen_s, "time/reward": score_s, "perf/tokens_per_s_generate": gen_tokens / gen_s}
+        m |= {"time/generate": gen_s, "time/reward": score_s, "time/reward_overlapped": overlapped_s}
+        m["perf/tokens_per_s_generate"] = gen_tokens / gen_s
         if model_scores:
             m["reward/model_score_mean"] = sum(model_scores) / len(model_scores)
             rule = [float(r.reward) - r.model_score for r in kept.results]
@@ -184,6 +262,13 @@ class RolloutMixin:
             "response/length_max": lengths.max().item(),
             "response/clip_frac": (lengths >= self.cfg.generate_max_len).float().mean().item(),
         } | repetition_stats([c.text for c in completions])
+
+
+def _with_prompt_offset(part: Sequence[Completion], offset: int) -> list[Completion]:
+    """One engine's completions with prompt_index counted in the full row list (the engine got rows[offset:])."""
+    for c in part:
+        c.prompt_index += offset
+    return list(part)
 
 
 async def _gather_refs(refs: Sequence) -> list:

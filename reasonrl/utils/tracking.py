@@ -105,8 +105,12 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("perf/tokens_per_s_train_policy", "response tokens per second of the policy update"),
     Scalar("perf/tokens_per_s_train_critic", "response tokens per second of the critic update"),
     # phase timings, seconds of wall time within the step
-    Scalar("time/generate", "rollout generation with vLLM"),
-    Scalar("time/reward", "reward computation (answer extraction and verification)"),
+    Scalar("time/generate", "rollout generation with vLLM: wall time until the last engine returned"),
+    Scalar("time/reward", "reward computation not hidden behind generation (after the last engine returned)"),
+    Scalar(
+        "time/reward_overlapped",
+        "reward computation that ran while engines were still generating (each engine's part is scored on arrival)",
+    ),
     Scalar("time/forward", "forward passes: reference logprobs, critic values, old policy logprobs"),
     Scalar("time/advantages", "advantage and return computation"),
     Scalar("time/update", "policy and critic updates"),

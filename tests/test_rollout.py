@@ -1,0 +1,134 @@
+"""Streamed scoring in ``RolloutMixin.generate_and_score``: engine e's completions are scored as soon as engine e
+returns, and the assembled completions/results equal the non-streaming ``score(generate(...))``.
+
+The engines are fakes (``generate.remote`` returns an asyncio task): this is a unit test of the logic around the
+engines; tests/test_trainer.py runs the same code on real Ray + vLLM engines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from types import SimpleNamespace
+
+from reasonrl.rewards import RewardResult
+from reasonrl.rollout import RolloutMixin
+from reasonrl.types import Completion
+
+ROWS = [{"prompt": f"q{i}", "answer": str(i)} for i in range(7)]
+WAIT_LIMIT_S = 5.0  # a blocked fake engine gives up after this (only reached when scoring is NOT streamed)
+
+
+class FakeEngine:
+    """``generate.remote(prompt_ids, sampling)`` -> an asyncio task: n completions per prompt, returned after
+    ``delay_s`` and, when ``wait_for`` is given, after that threading.Event is set (or WAIT_LIMIT_S passed)."""
+
+    def __init__(self, name: str, delay_s: float = 0.0, wait_for: threading.Event | None = None):
+        self.name, self.delay_s, self.wait_for = name, delay_s, wait_for
+        self.finished = threading.Event()
+        self.generate = SimpleNamespace(remote=self._remote)
+
+    def _remote(self, prompt_ids, sampling):
+        return asyncio.get_running_loop().create_task(self._generate(prompt_ids, sampling))
+
+    async def _generate(self, prompt_ids, sampling) -> list[Completion]:
+        await asyncio.sleep(self.delay_s)
+        if self.wait_for is not None:
+            await asyncio.to_thread(self.wait_for.wait, WAIT_LIMIT_S)
+        out = [
+            Completion(
+                prompt_index=p,
+                sample_index=k,
+                prompt_token_ids=list(ids),
+                token_ids=[len(ids), k],
+                text=f"{self.name}:{ids[0]}:{k}",
+                finish_reason="stop",
+            )
+            for p, ids in enumerate(prompt_ids)
+            for k in range(sampling.n)
+        ]
+        self.finished.set()
+        return out
+
+
+class RecordingScorer:
+    """Reward = prompt id * 10 + sample index; records each call's texts and which engines had finished then."""
+
+    def __init__(self, engines: list[FakeEngine]):
+        self.engines = engines
+        self.calls: list[dict] = []
+        self.scored_any = threading.Event()
+
+    def __call__(self, completions, rows) -> list[RewardResult]:
+        finished = [e.finished.is_set() for e in self.engines]
+        self.calls.append({"texts": [c.text for c in completions], "engines_finished": finished})
+        time.sleep(0.05)  # some scoring work
+        self.scored_any.set()
+        return [
+            RewardResult(reward=float(row["answer"]) * 10 + c.sample_index, correct=True, reason="correct")
+            for c, row in zip(completions, rows, strict=True)
+        ]
+
+
+class FakeTrainer(RolloutMixin):
+    def __init__(self, engines: list[FakeEngine], scorer: RecordingScorer):
+        self.cfg = SimpleNamespace(
+            max_prompt_len=16, top_p=1.0, top_k=0, generate_max_len=8, stop=(), include_stop_str_in_output=False
+        )
+        self.roles = SimpleNamespace(engines=engines, reward_model=None)
+        self.scorer = scorer
+        self.template = SimpleNamespace(render=lambda row: row["prompt"])
+        self.tokenizer = lambda text, add_special_tokens: SimpleNamespace(input_ids=[int(text[1:]), 99])
+
+
+def _slow_first_engines() -> tuple[list[FakeEngine], RecordingScorer]:
+    """Engine 1 only finishes once something was scored; engine 0 finishes at once, engine 2 after 0.1 s."""
+    scored_any = threading.Event()
+    engines = [FakeEngine("e0"), FakeEngine("e1", wait_for=scored_any), FakeEngine("e2", delay_s=0.1)]
+    scorer = RecordingScorer(engines)
+    scorer.scored_any = scored_any
+    return engines, scorer
+
+
+def test_each_engine_part_is_scored_while_later_engines_still_generate():
+    engines, scorer = _slow_first_engines()
+    trainer = FakeTrainer(engines, scorer)
+    start = time.perf_counter()
+    scored = asyncio.run(trainer.generate_and_score(ROWS, n=2, temperature=1.0, seed=0))
+    assert time.perf_counter() - start < WAIT_LIMIT_S  # engine 1 was released by the first scoring call
+    first = scorer.calls[0]
+    assert all(t.startswith("e0:") for t in first["texts"])  # engine 0's part, alone
+    assert first["engines_finished"] == [True, False, False]  # scored while engines 1 and 2 generated
+    assert len(scorer.calls) == 3
+    assert scored.reward_overlapped_s > 0.0
+    assert scored.generate_s >= 0.05 and scored.reward_s >= 0.04  # the last part is scored after generation
+
+
+def test_streamed_order_equals_generate_then_score():
+    engines, scorer = _slow_first_engines()
+    streamed = asyncio.run(FakeTrainer(engines, scorer).generate_and_score(ROWS, n=2, temperature=1.0, seed=0))
+
+    engines, scorer = _slow_first_engines()
+    scorer.scored_any.set()  # without streaming nothing is scored before every engine returned
+
+    async def generate_then_score():
+        trainer = FakeTrainer(engines, scorer)
+        completions = await trainer.generate(ROWS, n=2, temperature=1.0, seed=0)
+        return completions, await trainer.score(completions, [ROWS[c.prompt_index] for c in completions])
+
+    completions, results = asyncio.run(generate_then_score())
+    assert streamed.completions == completions
+    assert streamed.results == results
+    # engine order and prompt offsets: rows 0-1 on engine 0, 2-4 on engine 1, 5-6 on engine 2; n=2 each
+    assert [c.prompt_index for c in streamed.completions] == [p for p in range(7) for _ in range(2)]
+    assert [c.text.split(":")[0] for c in streamed.completions] == ["e0"] * 4 + ["e1"] * 6 + ["e2"] * 4
+    assert [r.reward for r in streamed.results] == [p * 10.0 + k for p in range(7) for k in range(2)]
+
+
+def test_an_engine_without_prompts_is_not_scored():
+    engines = [FakeEngine("e0"), FakeEngine("e1"), FakeEngine("e2")]
+    scorer = RecordingScorer(engines)
+    scored = asyncio.run(FakeTrainer(engines, scorer).generate_and_score(ROWS[:2], n=1, temperature=0.0, seed=0))
+    assert [c.prompt_index for c in scored.completions] == [0, 1]
+    assert len(scorer.calls) == 2  # 2 rows over 3 engines: one engine got none
