@@ -1,20 +1,26 @@
 """The tensors one PPO/GRPO update needs, sliced per data-parallel rank and per micro-batch.
 
 A rollout gives, per sample, its prompt and response token ids. Scoring and the forward passes add per-token
-tensors aligned with the response tokens. All token tensors are ``[batch, T]`` with ``T`` the longest response of
-the batch, right-padded, and ``action_mask`` marks real response tokens.
+tensors aligned with the response tokens. On the driver all token tensors are ``[batch, T]`` with ``T`` the longest
+response of the batch, right-padded, and ``action_mask`` marks real response tokens (:class:`Experience`).
+
+What travels to the workers is :class:`RaggedShard`: one rank's samples with no padding and no Python lists (flat
+int32 token ids, int32 lengths, flat float32 per-token fields over the response tokens only), sent once per step.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 Sample = tuple[list[int], list[int]]  # (prompt token ids, response token ids)
 
 TOKEN_FIELDS = ("action_mask", "old_logprobs", "advantages", "ref_logprobs", "old_values", "returns")
+FLOAT_FIELDS = TOKEN_FIELDS[1:]  # the per-token values; the action mask follows from the response lengths
 
 
 @dataclasses.dataclass
@@ -65,6 +71,136 @@ class Experience:
         """(valid response tokens, non-empty sequences): the global counts of loss aggregation."""
         mask = self.action_mask.bool()
         return int(mask.sum()), int(mask.any(dim=-1).sum())
+
+    def ragged(self, indices: Sequence[int] | None = None, *, with_fields: bool = True) -> RaggedShard:
+        """The samples ``indices`` (default: all) in the wire format; ``with_fields=False``: token ids only.
+
+        The action mask must be the response-length prefix mask (as :meth:`PPOTrainer.make_experience` builds it):
+        the wire format has no per-token mask, so values on padding positions are dropped.
+        """
+        indices = range(len(self)) if indices is None else indices
+        samples = [self.samples[i] for i in indices]
+        fields = {}
+        if with_fields:
+            idx = torch.as_tensor(list(indices), dtype=torch.long)
+            lengths = torch.tensor([len(r) for _, r in samples], dtype=torch.long)
+            for name in FLOAT_FIELDS:
+                value = getattr(self, name)
+                if value is not None:
+                    fields[name] = flatten_padded(value[idx], lengths)
+        return RaggedShard.from_samples(samples, fields)
+
+
+@dataclasses.dataclass
+class RaggedShard:
+    """One rank's samples of a step as they travel: no padding, no Python lists.
+
+    With ``n`` samples of prompt lengths ``P_i`` and response lengths ``R_i``::
+
+        tokens:           int32   [sum_i (P_i + R_i)]  prompt then response ids of sample 0, then sample 1, ...
+        prompt_lengths:   int32   [n]
+        response_lengths: int32   [n]
+        fields[name]:     float32 [sum_i R_i]          per-token values over the response tokens only, same order
+
+    ``fields`` names come from :data:`FLOAT_FIELDS`. There is no mask: response token ``t`` of sample ``i`` is real
+    iff ``t < R_i`` (response masks have no holes). :meth:`to_experience` rebuilds the padded :class:`Experience`;
+    :meth:`select` builds the padded tensors of a micro-batch only (what a worker needs).
+    """
+
+    tokens: torch.Tensor
+    prompt_lengths: torch.Tensor
+    response_lengths: torch.Tensor
+    fields: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[Sample], fields: dict[str, torch.Tensor] | None = None) -> RaggedShard:
+        prompt_lengths = torch.tensor([len(p) for p, _ in samples], dtype=torch.int32)
+        response_lengths = torch.tensor([len(r) for _, r in samples], dtype=torch.int32)
+        total = int(prompt_lengths.sum()) + int(response_lengths.sum())
+        ids = itertools.chain.from_iterable(itertools.chain(p, r) for p, r in samples)
+        flat = np.fromiter(ids, dtype=np.int32, count=total)
+        fields = {name: value.to(torch.float32) for name, value in (fields or {}).items()}
+        for name, value in fields.items():
+            if value.shape != (int(response_lengths.sum()),):
+                raise ValueError(f"{name}: shape {tuple(value.shape)}, expected ({int(response_lengths.sum())},)")
+        return cls(torch.from_numpy(flat), prompt_lengths, response_lengths, fields)
+
+    def __len__(self) -> int:
+        return len(self.prompt_lengths)
+
+    @property
+    def samples(self) -> list[Sample]:
+        """``(prompt_ids, response_ids)`` per sample (Python lists: what the micro-batch builders take)."""
+        flat = self.tokens.tolist()
+        out, pos = [], 0
+        for p, r in zip(self.prompt_lengths.tolist(), self.response_lengths.tolist(), strict=True):
+            out.append((flat[pos : pos + p], flat[pos + p : pos + p + r]))
+            pos += p + r
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the tensor payload (what serialisation costs, up to a small constant)."""
+        tensors = [self.tokens, self.prompt_lengths, self.response_lengths, *self.fields.values()]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def num_tokens_and_seqs(self) -> tuple[int, int]:
+        """(response tokens, non-empty responses): this shard's part of the global loss-aggregation counts."""
+        return int(self.response_lengths.sum()), int((self.response_lengths > 0).sum())
+
+    def subset(self, indices: Sequence[int]) -> RaggedShard:
+        """The samples ``indices`` (positions in this shard), still ragged."""
+        idx = torch.as_tensor(list(indices), dtype=torch.long)
+        p_len, r_len = self.prompt_lengths.long(), self.response_lengths.long()
+        seq_len = p_len + r_len
+        tokens = _gather_segments(self.tokens, _starts(seq_len)[idx], seq_len[idx])
+        fields = {name: _gather_segments(v, _starts(r_len)[idx], r_len[idx]) for name, v in self.fields.items()}
+        return RaggedShard(tokens, self.prompt_lengths[idx], self.response_lengths[idx], fields)
+
+    def to_experience(self, width: int | None = None) -> Experience:
+        """The padded :class:`Experience`: ``[n, width]`` tensors (default width: the longest response),
+        zeros at padding, ``action_mask`` the response-length prefix mask. Fields not carried are None."""
+        r_len = self.response_lengths.long()
+        width = width if width is not None else int(r_len.max()) if len(r_len) else 0
+        mask = torch.arange(width)[None, :] < r_len[:, None]  # [n, width]
+        fields = {name: padded_from_flat(v, r_len, width) for name, v in self.fields.items()}
+        return Experience(samples=self.samples, action_mask=mask, **fields)
+
+    def select(self, indices: Sequence[int], width: int | None = None) -> Experience:
+        """Like :meth:`Experience.select`: the padded sub-batch ``indices``, token tensors ``width`` columns wide."""
+        return self.subset(indices).to_experience(width)
+
+
+def _starts(lengths: torch.Tensor) -> torch.Tensor:
+    """Offset of each segment in the concatenation: exclusive cumulative sum of ``lengths`` [n] -> [n]."""
+    return torch.cumsum(lengths, 0) - lengths
+
+
+def _gather_segments(flat: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Concatenation of ``flat[starts[i] : starts[i] + lengths[i]]`` over ``i`` (vectorised)."""
+    total = int(lengths.sum())
+    within = torch.arange(total) - torch.repeat_interleave(_starts(lengths), lengths, output_size=total)
+    return flat[torch.repeat_interleave(starts, lengths, output_size=total) + within]
+
+
+def flatten_padded(padded: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``[n, T]`` right-padded rows -> float32 ``[sum_i lengths[i]]``: the first ``lengths[i]`` values of each row."""
+    lengths = lengths.long()
+    width = int(lengths.max()) if len(lengths) else 0
+    if width > padded.shape[1]:
+        raise ValueError(f"rows of {padded.shape[1]} columns for responses of up to {width} tokens")
+    mask = torch.arange(width)[None, :] < lengths[:, None]
+    return padded[:, :width][mask].to(torch.float32)
+
+
+def padded_from_flat(flat: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """Inverse of :func:`flatten_padded`: float32 ``[sum_i lengths[i]]`` -> ``[n, width]``, zeros at padding (values
+    past ``width`` are cut)."""
+    lengths = lengths.long()
+    full = max(int(lengths.max()) if len(lengths) else 0, width)
+    out = torch.zeros(len(lengths), full, dtype=torch.float32)
+    out[torch.arange(full)[None, :] < lengths[:, None]] = flat.to(torch.float32).reshape(-1)
+    return out[:, :width]
 
 
 def padded_from_rows(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:

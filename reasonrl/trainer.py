@@ -28,7 +28,9 @@ from loguru import logger
 from reasonrl import algos
 from reasonrl.data.sampler import PromptSampler
 from reasonrl.distributed.phases import Phase, PhaseMachine
-from reasonrl.experience import Experience, padded_from_rows
+from reasonrl.distributed.weight_sync import resolve_transport
+from reasonrl.distributed.worker_group import put_per_rank
+from reasonrl.experience import Experience, padded_from_flat
 from reasonrl.learning_signal import NoSignalMonitor, no_signal_reason, step_advantages
 from reasonrl.rollout import Rollout, RolloutMixin
 from reasonrl.types import Completion
@@ -221,28 +223,37 @@ class PPOTrainer(RolloutMixin):
 
     # ================================================================== experience
     async def make_experience(self, completions) -> Experience:
-        """Reference / critic / policy forwards (each role's ranks get one shard): all roles at once under split
-        placement, one role after the other under colocate_all (they share the devices: one activation peak)."""
+        """Reference / critic / policy forwards: all roles at once under split placement, one role after the other
+        under colocate_all (they share the devices: one activation peak).
+
+        Each rank gets its token-balanced shard as a :class:`RaggedShard` of token ids, put in the object store once
+        per world size (roles of the same size share the refs), and returns flat per-response-token outputs."""
         cfg, roles = self.cfg, self.roles
         samples = [(c.prompt_token_ids, c.token_ids) for c in completions]
-        width = max(len(r) for _, r in samples)
-        action_mask = padded_from_rows([[1.0] * len(r) for _, r in samples], width).bool()
+        lengths = torch.tensor([len(r) for _, r in samples])
+        width = int(lengths.max())
+        action_mask = torch.arange(width)[None, :] < lengths[:, None]  # [batch, T]: no holes (RaggedShard relies)
         exp = Experience(samples=samples, action_mask=action_mask)
-        calls = {}  # role -> (group, method, args, whether each rank returns (output, entropy))
+        calls = {}  # role -> (group, method, args)
         if not cfg.reuses_current_logprobs:  # else the update takes its own log-probs (cfg.reuses_current_logprobs)
-            calls["policy"] = (roles.policy, "compute_logprobs", (cfg.temperature,), True)
+            calls["policy"] = (roles.policy, "ragged_logprobs", (cfg.temperature,))
         if roles.ref is not None:
-            calls["ref"] = (roles.ref, "compute_logprobs", (cfg.temperature,), False)
+            calls["ref"] = (roles.ref, "ragged_logprobs", (cfg.temperature,))
         if roles.critic is not None:
-            calls["critic"] = (roles.critic, "compute_values", (), False)
+            calls["critic"] = (roles.critic, "ragged_values", ())
+        token_shards: dict[int, tuple[list[list[int]], list]] = {}  # world size -> (indices, one ref per rank)
 
-        async def job(group, method, args, with_entropy):
-            """The role's output in batch order: each rank's rows placed back at its shard's indices."""
-            shards = exp.shard_indices(group.world_size)
-            parts = await _gather_refs(
-                group.call_sharded_async(method, [[samples[i] for i in idx] for idx in shards], *args)
-            )
-            return _stitch([p[0] for p in parts] if with_entropy else parts, width, shards)
+        async def job(group, method, args):
+            """The role's output in batch order: each rank's flat output placed back at its shard's rows."""
+            if group.world_size not in token_shards:
+                shards = exp.shard_indices(group.world_size)
+                token_shards[group.world_size] = (
+                    shards,
+                    put_per_rank([exp.ragged(i, with_fields=False) for i in shards]),
+                )
+            shards, refs = token_shards[group.world_size]
+            parts = await _gather_refs(group.call_sharded_async(method, refs, *args))
+            return _stitch([p[0] if isinstance(p, tuple) else p for p in parts], lengths, width, shards)
 
         if cfg.colocate_all:
             done = {name: await job(*call) for name, call in calls.items()}
@@ -284,17 +295,43 @@ class PPOTrainer(RolloutMixin):
 
     # ================================================================== updates
     async def update(self, exp: Experience) -> dict[str, float]:
-        """Critic and policy updates; concurrent when they do not share devices."""
-        critic = self.update_role("critic", exp) if self.roles.critic is not None else None
-        policy = self.update_role("policy", exp)
-        if critic is None:
-            return await policy
+        """Critic and policy updates; concurrent when they do not share devices.
+
+        First each rank of each updated role gets its shard of the whole step once (:meth:`send_step_data`);
+        every mini-batch of every pass then sends only the positions of its samples in each rank's shard."""
+        groups = {"policy": self.roles.policy}
+        if self.roles.critic is not None:
+            groups["critic"] = self.roles.critic
+        shards = await self.send_step_data(exp, list(groups.values()))
+        lengths = [len(r) for _, r in exp.samples]
+        updates = {role: self.update_role(role, shards[g.world_size], lengths) for role, g in groups.items()}
+        if "critic" not in updates:
+            return await updates["policy"]
         if self.cfg.colocate_all:  # critic and policy share the devices: one after the other
-            return (await critic) | (await policy)
-        c, p = await asyncio.gather(critic, policy)
+            return (await updates["critic"]) | (await updates["policy"])
+        c, p = await asyncio.gather(updates["critic"], updates["policy"])
         return c | p
 
-    async def update_role(self, role: str, exp: Experience) -> dict[str, float]:
+    async def send_step_data(self, exp: Experience, groups: Sequence) -> dict[int, list[list[int]]]:
+        """Put each rank's token-balanced :class:`RaggedShard` of the step (token ids + every per-token field) in the
+        object store once per world size, shared by the roles of that size, and have each rank cache it for this
+        step (``set_step_data``). Returns world size -> the sample indices of each rank's shard."""
+        shards, refs = {}, {}
+        for size in {g.world_size for g in groups}:
+            shards[size] = exp.shard_indices(size)
+            refs[size] = put_per_rank([exp.ragged(idx) for idx in shards[size]])
+        calls = [g.call_sharded_async("set_step_data", refs[g.world_size], self.global_step) for g in groups]
+        await _gather_refs([ref for call in calls for ref in call])
+        return shards
+
+    async def update_role(self, role: str, shards: list[list[int]], lengths: Sequence[int]) -> dict[str, float]:
+        """``role``'s passes over the step: mini-batch ``k`` is the union of every rank's ``k``-th slice of its
+        shard (:func:`rank_mini_batches`); its global token / sequence counts normalise the loss exactly.
+
+        Args:
+            shards: the step's sample indices of each rank (what :meth:`send_step_data` sent).
+            lengths: response tokens of each sample of the step.
+        """
         cfg = self.cfg
         group = self.roles.policy if role == "policy" else self.roles.critic
         epochs = cfg.policy_epochs if role == "policy" else cfg.critic_epochs
@@ -305,13 +342,15 @@ class PPOTrainer(RolloutMixin):
             loss_cfg = dataclasses.replace(loss_cfg, entropy_coef=self.entropy_ctl.effective_coef)
         per_step: list[list[dict]] = []
         start, tokens = time.perf_counter(), 0
-        bounds = _scaled_bounds(cfg.mini_batch_bounds(role), len(exp))
+        sizes = [len(idx) for idx in shards]
         for epoch in range(epochs):
-            order = mini_batch_order(cfg, role, self.global_step, epoch, len(exp), len(bounds))
-            for lo, hi in bounds:
-                mini = exp.select(order[lo:hi])
-                g_tokens, g_seqs = mini.num_tokens_and_seqs()
-                refs = group.call_sharded_async("update", mini.shard(group.world_size), loss_cfg, g_tokens, g_seqs)
+            plan = rank_mini_batches(cfg, role, self.global_step, epoch, sizes, cfg.mini_batch_bounds(role))
+            for per_rank in plan:
+                members = [lengths[shard[j]] for shard, local in zip(shards, per_rank, strict=True) for j in local]
+                g_tokens, g_seqs = sum(members), sum(1 for n in members if n > 0)
+                refs = group.call_sharded_async(
+                    "update_mini_batch", per_rank, self.global_step, loss_cfg, g_tokens, g_seqs
+                )
                 per_step.append(await _gather_refs(refs))
                 tokens += g_tokens
         out = {f"{role}/{k}": v for k, v in _mean_metrics(per_step).items() if k not in ("tokens", "loss_share")}
@@ -325,6 +364,13 @@ class PPOTrainer(RolloutMixin):
             out["entropy/coef"] = self.entropy_ctl.effective_coef
         return out
 
+    def sync_transport(self) -> str:
+        """``cfg.sync_transport`` resolved for the cluster's devices (``weight_sync.resolve_transport``)."""
+        import ray
+
+        device = self.cfg.resolved_device(ray.cluster_resources())
+        return resolve_transport(self.cfg.sync_transport, device, colocated=self.cfg.colocate_all)
+
     async def sync_weights(self) -> dict[str, float]:
         """Policy -> every engine, verified on a fixed probe (raises WeightSyncError on a mismatch)."""
         cfg = self.cfg
@@ -336,6 +382,8 @@ class PPOTrainer(RolloutMixin):
             cfg.sync_bucket_mb * 1024**2,
             self.probe_ids,
             cfg.resolved_sync_verify_tolerance,
+            transport=self.sync_transport(),
+            verify_with=cfg.sync_verify_with,
         )
         report = (await _gather_refs(refs))[0]
         self.phases.synced()
@@ -442,22 +490,46 @@ def mini_batch_order(cfg, role: str, step: int, epoch: int, n: int, num_mini_bat
     return torch.randperm(n, generator=gen).tolist()
 
 
+def rank_mini_batches(
+    cfg, role: str, step: int, epoch: int, shard_sizes: Sequence[int], bounds: Sequence[tuple[int, int]]
+) -> list[list[list[int]]]:
+    """Pass ``epoch`` of ``role`` over step ``step`` cut into mini-batches after dispatch (as verl does).
+
+    Each rank ``r`` permutes the positions ``0..shard_sizes[r]-1`` of its shard with :func:`mini_batch_order`
+    (seeded by (seed, role, step, epoch): a resumed run repeats it) and cuts them with the config's mini-batch
+    ``bounds`` (planned for the full rollout) scaled to its shard. Mini-batch ``k`` is the union over ranks of the
+    ``k``-th slices; a mini-batch empty on every rank is dropped, one empty on some ranks only keeps those ranks in
+    the collective step with nothing to learn from.
+
+    Returns:
+        ``plan[k][r]``: positions in rank ``r``'s shard of mini-batch ``k``.
+    """
+    per_rank = []
+    for n in shard_sizes:
+        order = mini_batch_order(cfg, role, step, epoch, n, len(bounds))
+        per_rank.append([order[lo:hi] for lo, hi in _scaled_bounds(bounds, n)])
+    plan = [list(slices) for slices in zip(*per_rank, strict=True)]
+    return [slices for slices in plan if any(slices)]
+
+
 def _scaled_bounds(bounds: Sequence[tuple[int, int]], n: int) -> list[tuple[int, int]]:
-    """The config's mini-batch ranges (planned for the full rollout) for a batch of ``n`` samples: the same
-    number of optimizer steps when dynamic sampling left fewer samples, empty ranges dropped."""
+    """The config's mini-batch ranges (planned for the full rollout) for ``n`` samples (one rank's shard, or fewer
+    samples than planned after dynamic sampling): the same number of ranges, some possibly empty."""
     total = bounds[-1][1] if bounds else 0
     if total == n:
         return list(bounds)
-    scaled = [(round(lo * n / total), round(hi * n / total)) for lo, hi in bounds]
-    return [(lo, hi) for lo, hi in scaled if hi > lo]
+    return [(round(lo * n / total), round(hi * n / total)) for lo, hi in bounds]
 
 
-def _stitch(parts: Sequence[torch.Tensor], width: int, shards: Sequence[Sequence[int]]) -> torch.Tensor:
-    """Per-rank [b_i, T_i] tensors -> one [batch, width] tensor, rank i's rows at ``shards[i]`` (zero right-padding)."""
-    out = torch.zeros(sum(len(idx) for idx in shards), width)
+def _stitch(
+    parts: Sequence[torch.Tensor], lengths: torch.Tensor, width: int, shards: Sequence[Sequence[int]]
+) -> torch.Tensor:
+    """Per-rank flat outputs (float ``[sum of the rank's response lengths]``) -> one ``[batch, width]`` tensor,
+    rank i's rows at ``shards[i]``, zeros at padding. ``lengths``: response tokens per sample, ``[batch]``."""
+    out = torch.zeros(len(lengths), width)
     for part, idx in zip(parts, shards, strict=True):
         if idx:
-            out[list(idx), : part.shape[1]] = part.float()[: len(idx)]
+            out[list(idx)] = padded_from_flat(part, lengths[list(idx)], width)
     return out
 
 

@@ -1,13 +1,23 @@
-"""Experience: slicing per rank and micro-batch, outcome rewards on the last token."""
+"""Experience: slicing per rank and micro-batch, the ragged wire format, per-rank mini-batches."""
 
 from __future__ import annotations
 
 import random
+import types
 
 import pytest
 import torch
 
-from reasonrl.experience import Experience, padded_from_rows, token_balanced_shards
+from reasonrl.experience import (
+    FLOAT_FIELDS,
+    Experience,
+    RaggedShard,
+    flatten_padded,
+    padded_from_flat,
+    padded_from_rows,
+    token_balanced_shards,
+)
+from reasonrl.trainer import rank_mini_batches
 
 
 def make() -> Experience:
@@ -61,3 +71,134 @@ def test_long_chains_of_thought_are_spread_over_ranks():
     assert shards == [[0, 2, 4, 6], [1, 3, 5, 7]]
     with pytest.raises(ValueError, match="num_shards"):
         token_balanced_shards(lengths, 0)
+
+
+def random_experience(n: int, seed: int = 0, with_empty: bool = True) -> Experience:
+    """Random prompts / responses (some empty responses) with every per-token field, zeros at padding."""
+    g = torch.Generator().manual_seed(seed)
+    samples = []
+    for i in range(n):
+        p_len = int(torch.randint(1, 9, (1,), generator=g))
+        r_len = 0 if with_empty and i % 7 == 3 else int(torch.randint(1, 13, (1,), generator=g))
+        samples.append(
+            (
+                torch.randint(0, 50_000, (p_len,), generator=g).tolist(),
+                torch.randint(0, 9, (r_len,), generator=g).tolist(),
+            )
+        )
+    width = max(len(r) for _, r in samples)
+    mask = padded_from_rows([[1] * len(r) for _, r in samples], width).bool()
+    fields = {name: torch.randn(n, width, generator=g) * mask for name in FLOAT_FIELDS}
+    return Experience(samples, mask, **fields)
+
+
+def assert_same(a: Experience, b: Experience) -> None:
+    assert a.samples == b.samples
+    assert torch.equal(a.action_mask, b.action_mask)
+    for name in FLOAT_FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None and y is None) or torch.equal(x, y), name
+
+
+def test_ragged_round_trip_is_exact():
+    exp = random_experience(23)
+    shard = exp.ragged()
+    assert shard.tokens.dtype == torch.int32 and shard.prompt_lengths.dtype == torch.int32
+    assert all(v.dtype == torch.float32 and v.dim() == 1 for v in shard.fields.values())
+    assert shard.fields["advantages"].numel() == int(exp.action_mask.sum())  # response tokens only, no padding
+    assert_same(shard.to_experience(), exp)
+    # a sub-batch: the same as the padded path's select, with or without a given width
+    idx = [20, 3, 0, 11]
+    assert_same(shard.select(idx), exp.select(idx))
+    assert_same(shard.select(idx, width=5), exp.select(idx, width=5))
+    assert_same(shard.subset(idx).to_experience(), exp.select(idx))
+    # token ids only (the forward passes), and an empty selection (a rank with no sample in a mini-batch)
+    tokens_only = exp.ragged(with_fields=False)
+    assert tokens_only.fields == {} and tokens_only.samples == exp.samples
+    assert tokens_only.to_experience().advantages is None
+    empty = shard.subset([])
+    assert len(empty) == 0 and empty.samples == [] and empty.num_tokens_and_seqs() == (0, 0)
+    assert empty.to_experience().action_mask.shape == (0, 0)
+
+
+def test_flat_and_padded_are_inverse():
+    lengths = torch.tensor([3, 0, 1])
+    padded = torch.tensor([[1.0, 2.0, 3.0, 9.0], [9.0, 9.0, 9.0, 9.0], [4.0, 9.0, 9.0, 9.0]])
+    flat = flatten_padded(padded, lengths)
+    assert flat.tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert padded_from_flat(flat, lengths, 4).tolist() == [[1, 2, 3, 0], [0, 0, 0, 0], [4, 0, 0, 0]]
+    assert padded_from_flat(flat, lengths, 2).tolist() == [[1, 2], [0, 0], [4, 0]]  # cut like select(width)
+    with pytest.raises(ValueError, match="expected"):
+        RaggedShard.from_samples([([1], [2, 3])], {"advantages": torch.zeros(3)})
+
+
+def test_ragged_shards_partition_the_step_and_keep_its_counts():
+    exp = random_experience(40, seed=1)
+    parts = exp.shard_indices(3)
+    shards = [exp.ragged(idx) for idx in parts]
+    assert [s for shard in shards for s in shard.samples] == [exp.samples[i] for idx in parts for i in idx]
+    tokens, seqs = zip(*(s.num_tokens_and_seqs() for s in shards), strict=True)
+    assert (sum(tokens), sum(seqs)) == exp.num_tokens_and_seqs()
+    for idx, shard in zip(parts, shards, strict=True):
+        assert_same(shard.to_experience(exp.action_mask.shape[1]), exp.select(idx, exp.action_mask.shape[1]))
+
+
+def test_ragged_shard_is_several_times_smaller_than_the_dense_one():
+    """Long-tailed responses: most rows are mostly padding in the dense [n, T] float32 layout."""
+    import pickle
+
+    samples = [([1] * 300, [2] * (8000 if i == 0 else 500)) for i in range(64)]
+    width = 8000
+    mask = padded_from_rows([[1] * len(r) for _, r in samples], width).bool()
+    fields = {name: torch.ones(64, width) * mask for name in FLOAT_FIELDS}
+    exp = Experience(samples, mask, **fields)
+    dense = len(pickle.dumps(exp))
+    ragged = len(pickle.dumps(exp.ragged()))
+    assert exp.ragged().nbytes <= ragged < exp.ragged().nbytes + 4096  # the payload is the tensors
+    assert ragged * 5 < dense, (ragged, dense)
+
+
+def test_rank_mini_batches_cut_each_shard_and_cover_every_sample_once_per_pass():
+    cfg = types.SimpleNamespace(seed=0, shuffle_mini_batches=True)
+    bounds = [(0, 16), (16, 32), (32, 48), (48, 64)]  # 4 mini-batches of a 64-sample rollout
+    sizes = [22, 21, 21]
+    plan = rank_mini_batches(cfg, "policy", 5, 0, sizes, bounds)
+    assert len(plan) == 4 and all(len(per_rank) == 3 for per_rank in plan)
+    for r, n in enumerate(sizes):  # each rank's slices are a partition of its shard
+        assert sorted(j for per_rank in plan for j in per_rank[r]) == list(range(n))
+        assert max(len(per_rank[r]) for per_rank in plan) - min(len(per_rank[r]) for per_rank in plan) <= 1
+    assert plan == rank_mini_batches(cfg, "policy", 5, 0, sizes, bounds)  # a resumed run repeats it
+    assert plan != rank_mini_batches(cfg, "policy", 5, 1, sizes, bounds)  # each pass its own order
+    # no shuffle with the flag off or one mini-batch: contiguous slices in shard order
+    off = types.SimpleNamespace(seed=0, shuffle_mini_batches=False)
+    assert rank_mini_batches(off, "policy", 5, 0, [4, 4], [(0, 4), (4, 8)]) == [[[0, 1], [0, 1]], [[2, 3], [2, 3]]]
+    assert rank_mini_batches(cfg, "policy", 5, 0, [3], [(0, 64)]) == [[[0, 1, 2]]]
+    # fewer samples than ranks x mini-batches: empty slices on some ranks, a mini-batch empty everywhere dropped
+    small = rank_mini_batches(off, "critic", 0, 0, [1, 1, 0], bounds)
+    assert sum(len(s) for per_rank in small for s in per_rank) == 2 and all(any(per_rank) for per_rank in small)
+    assert all(len(per_rank) == 3 for per_rank in small)
+
+
+def test_one_rank_mini_batches_are_the_global_ones():
+    """World size 1: the plan is the order of the padded path (``mini_batch_order`` cut by the bounds)."""
+    from reasonrl.trainer import mini_batch_order
+
+    cfg = types.SimpleNamespace(seed=3, shuffle_mini_batches=True)
+    bounds = [(0, 10), (10, 20), (20, 30)]
+    order = mini_batch_order(cfg, "policy", 2, 1, 30, 3)
+    assert rank_mini_batches(cfg, "policy", 2, 1, [30], bounds) == [[order[lo:hi]] for lo, hi in bounds]
+
+
+def test_global_counts_of_a_mini_batch_sum_the_ranks_slices():
+    """The driver's counts of mini-batch k (union of the ranks' k-th slices) equal the padded path's counts."""
+    exp = random_experience(30, seed=4)
+    parts = exp.shard_indices(4)
+    shards = [exp.ragged(idx) for idx in parts]
+    cfg = types.SimpleNamespace(seed=0, shuffle_mini_batches=True)
+    plan = rank_mini_batches(cfg, "policy", 0, 0, [len(p) for p in parts], [(0, 15), (15, 30)])
+    for per_rank in plan:
+        members = [parts[r][j] for r, local in enumerate(per_rank) for j in local]
+        local_counts = [
+            shard.subset(local).num_tokens_and_seqs() for shard, local in zip(shards, per_rank, strict=True)
+        ]
+        assert tuple(map(sum, zip(*local_counts, strict=True))) == exp.select(members).num_tokens_and_seqs()

@@ -30,9 +30,9 @@ def test_a_rank_with_an_empty_shard_does_not_bias_or_crash():
     assert out["entropy"] == pytest.approx(3.0)
 
 
-def test_stitch_places_each_ranks_rows_at_its_shard_indices():
-    parts = [torch.tensor([[1.0, 1.0], [3.0, 0.0]]), torch.tensor([[2.0]]), torch.zeros(0, 0)]
-    out = _stitch(parts, 3, [[0, 2], [1], []])
+def test_stitch_places_each_ranks_flat_outputs_at_its_shard_rows():
+    parts = [torch.tensor([1.0, 1.0, 3.0]), torch.tensor([2.0]), torch.zeros(0)]  # per rank: response tokens only
+    out = _stitch(parts, torch.tensor([2, 1, 1]), 3, [[0, 2], [1], []])
     assert out.tolist() == [[1.0, 1.0, 0.0], [2.0, 0.0, 0.0], [3.0, 0.0, 0.0]]
 
 

@@ -7,6 +7,11 @@ samples repeats a zero-weighted micro-batch (see :func:`equalised_micro_batches`
 
 Math lives in ``reasonrl.algos`` (losses, aggregation, KL) and ``reasonrl.models`` (log-probs, values, batching);
 DeepSpeed calls live in ``reasonrl.distributed.deepspeed_engine``.
+
+Data plane: the forward passes take a :class:`reasonrl.experience.RaggedShard` of token ids and return flat
+per-response-token outputs (``ragged_logprobs`` / ``ragged_values``). For the updates, each rank receives its shard
+of the whole step once (``set_step_data``); every optimizer step then names only the positions of its mini-batch
+in that shard (``update_mini_batch``). ``update(experience, ...)`` takes a whole mini-batch directly.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from loguru import logger
 
 from reasonrl.distributed import deepspeed_engine as ds
 from reasonrl.distributed import hf_export
+from reasonrl.distributed.platform import dist_backend
 from reasonrl.distributed.workers import DistributedWorker
-from reasonrl.experience import Experience, Sample
+from reasonrl.experience import Experience, RaggedShard, Sample, flatten_padded
 
 
 @dataclasses.dataclass
@@ -133,6 +139,21 @@ class _ModelWorker(DistributedWorker):
     def device(self) -> torch.device:
         return self.engine.device if self.engine is not None else torch.device("cpu")
 
+    # ---------------------------------------------------------------- the step's data, sent once
+    def set_step_data(self, shard: RaggedShard, step: int) -> int:
+        """Keep this rank's shard of step ``step`` (token ids and per-token fields) for the step's mini-batches.
+        Replaces the previous step's. Returns the number of samples."""
+        self._step_data = (step, shard)
+        return len(shard)
+
+    def update_mini_batch(self, indices: Sequence[int], step: int, cfg, global_tokens: int, global_seqs: int):
+        """:meth:`update` over the samples ``indices`` (positions in the shard :meth:`set_step_data` kept for
+        ``step``; possibly none: the rank still takes part in the collective step). Collective."""
+        held = getattr(self, "_step_data", None)
+        if held is None or held[0] != step:
+            raise RuntimeError(f"update_mini_batch: no data for step {step} (set_step_data first)")
+        return self.update(held[1].subset(indices), cfg, global_tokens, global_seqs)
+
     def _train_ds_config(self, micro_batch_size: int = 1) -> dict[str, Any]:
         c = self.config
         return ds.build_ds_config(
@@ -210,8 +231,15 @@ class PolicyWorker(_ModelWorker):
         self.engine.eval()
         return _forward_logprobs(self, self.engine, samples, temperature, with_entropy)
 
-    def update(self, experience: Experience, cfg: PolicyLossConfig, global_tokens: int, global_seqs: int):
-        """One optimizer step over this rank's shard (all micro-batches accumulated). Collective.
+    @torch.no_grad()
+    def ragged_logprobs(self, shard: RaggedShard, temperature: float = 1.0) -> tuple[torch.Tensor, None]:
+        """Log-probs of the response tokens as float32 ``[sum of response lengths]`` (no padding). Collective.
+        A tuple like :meth:`compute_logprobs`'s (no entropy)."""
+        logprobs, _ = self.compute_logprobs(shard.samples, temperature)
+        return flatten_padded(logprobs, shard.response_lengths), None
+
+    def update(self, experience: Experience | RaggedShard, cfg: PolicyLossConfig, global_tokens: int, global_seqs: int):
+        """One optimizer step over this rank's part of the mini-batch (all micro-batches accumulated). Collective.
 
         Returns token-weighted metric means of this rank plus ``loss_share``: this rank's part of the global
         mini-batch loss (the shares of all ranks sum to the loss of the whole mini-batch).
@@ -281,50 +309,30 @@ class PolicyWorker(_ModelWorker):
         """(name, full size in bytes) of every parameter, in order (for bucket planning)."""
         return ds.full_param_sizes(self.engine.module)
 
-    def sync_weights(self, engines: list, bucket_bytes: int, probe_ids: Sequence[int] | None, tol: float):
-        """Send the current weights to every vLLM engine and verify them. Collective over the policy group.
+    def sync_weights(
+        self,
+        engines: list,
+        bucket_bytes: int,
+        probe_ids: Sequence[int] | None,
+        tol: float,
+        transport: str = "object_store",
+        verify_with: str = "auto",
+    ):
+        """Send the current weights to every vLLM engine and verify them (``weight_sync.PolicyWeightSync``).
+        Collective over the policy group. Returns a ``SyncReport`` on rank 0 and None elsewhere."""
+        from reasonrl.distributed.weight_sync import PolicyWeightSync
 
-        Returns a :class:`reasonrl.distributed.weight_sync.SyncReport` on rank 0 and None elsewhere.
-        """
-        import ray
+        if getattr(self, "_weight_sync", None) is None:
+            self._weight_sync = PolicyWeightSync(
+                self.engine.module, self.rank, dist_backend(), exact=not self.config.bf16
+            )
 
-        from reasonrl.distributed.weight_sync import DifferentialProbe, SyncReport, plan_buckets
+        def trainer_logprobs(ids: Sequence[int]) -> list[float]:
+            return self.compute_logprobs([(list(ids[:1]), list(ids[1:]))])[0][0].tolist()
 
-        gather_s = load_s = 0.0
-        num_tensors = num_bytes = 0
-        buckets = plan_buckets(self.param_sizes(), bucket_bytes)
-        pending: list = []
-        for names in buckets:
-            tensors, seconds = _timed(ds.gather_params, self.engine.module, names)
-            gather_s += seconds
-            if self.rank == 0:
-                ref = ray.put(list(tensors.items()))
-                num_tensors += len(tensors)
-                num_bytes += sum(t.numel() * t.element_size() for t in tensors.values())
-                _, seconds = _timed(ray.get, pending)  # at most one bucket in flight per engine
-                load_s += seconds
-                pending = [engine.update_weights.remote(ref) for engine in engines]
-        if self.rank == 0:
-            _, seconds = _timed(ray.get, pending)
-            load_s += seconds
-        verify_s, worst = 0.0, float("nan")
-        if probe_ids is not None:
-            import time
-
-            start = time.perf_counter()
-            trainer_lps, _ = self.compute_logprobs([(list(probe_ids[:1]), list(probe_ids[1:]))])
-            if self.rank == 0:
-                probe = getattr(self, "_sync_probe", None)
-                first = probe is None
-                if first:  # bf16: verify the change across each sync (kernel noise exceeds one step's move)
-                    probe = self._sync_probe = DifferentialProbe(tol=tol, exact=not self.config.bf16)
-                engine_lps = ray.get([engine.prompt_logprobs.remote(list(probe_ids)) for engine in engines])
-                repeat = ray.get([e.prompt_logprobs.remote(list(probe_ids)) for e in engines]) if first else None
-                worst = probe.check(engine_lps, trainer_lps[0].tolist(), engine_repeat=repeat)
-            verify_s = time.perf_counter() - start
-        if self.rank != 0:
-            return None
-        return SyncReport(num_tensors, len(buckets), num_bytes, gather_s, load_s, verify_s, worst)
+        return self._weight_sync.run(
+            engines, bucket_bytes, probe_ids, tol, trainer_logprobs, transport=transport, verify_with=verify_with
+        )
 
     def full_state_dict(self):
         return ds.gather_full_state_dict(self.engine.module)
@@ -350,6 +358,11 @@ class ReferenceWorker(_ModelWorker):
     def compute_logprobs(self, samples: Sequence[Sample], temperature: float = 1.0):
         return _forward_logprobs(self, self.engine, samples, temperature, False)[0]
 
+    @torch.no_grad()
+    def ragged_logprobs(self, shard: RaggedShard, temperature: float = 1.0) -> torch.Tensor:
+        """Reference log-probs as float32 ``[sum of response lengths]`` (no padding). Collective."""
+        return flatten_padded(self.compute_logprobs(shard.samples, temperature), shard.response_lengths)
+
 
 class CriticWorker(_ModelWorker):
     """The value model: per-token values V(s_t) and the clipped value update."""
@@ -372,8 +385,13 @@ class CriticWorker(_ModelWorker):
         self.engine.eval()
         return _stitch(self, samples, lambda batch: (response_values(self.engine, batch),))[0]
 
-    def update(self, experience: Experience, cfg: ValueLossConfig, global_tokens: int, global_seqs: int):
-        """One optimizer step of the clipped value loss over this rank's shard. Collective."""
+    @torch.no_grad()
+    def ragged_values(self, shard: RaggedShard) -> torch.Tensor:
+        """Values as float32 ``[sum of response lengths]`` (no padding). Collective."""
+        return flatten_padded(self.compute_values(shard.samples), shard.response_lengths)
+
+    def update(self, experience: Experience | RaggedShard, cfg: ValueLossConfig, global_tokens: int, global_seqs: int):
+        """One optimizer step of the clipped value loss over this rank's part of the mini-batch. Collective."""
         from reasonrl.algos import value_loss
         from reasonrl.models import response_values
 
@@ -480,11 +498,3 @@ def _accumulate(total: dict[str, float], stats: dict[str, Any], weight: int) -> 
     """Token-weighted running sums of scalar metrics (divided by the token count at the end)."""
     for key, value in stats.items():
         total[key] = total.get(key, 0.0) + float(value) * weight
-
-
-def _timed(fn, *args):
-    import time
-
-    start = time.perf_counter()
-    result = fn(*args)
-    return result, time.perf_counter() - start

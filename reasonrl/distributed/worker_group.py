@@ -2,9 +2,13 @@
 
     group = WorkerGroup(PolicyWorker, placement["policy"], name="policy")
     group.call("setup", config)                      # same arguments on every rank
-    group.call_sharded("update", experience.shard(group.world_size), cfg, tokens, seqs)
+    refs = put_per_rank([experience.ragged(idx) for idx in experience.shard_indices(group.world_size)])
+    group.call_sharded("set_step_data", refs, step)  # each rank's shard of the step, sent once
+    group.call_sharded("update_mini_batch", local_indices_per_rank, step, cfg, tokens, seqs)
 
 Methods that run forward passes are collective (ZeRO-3), so they are always sent to every rank before waiting.
+Object refs passed as top-level arguments are resolved by Ray on the worker: a shard put once can go to several
+roles (policy and critic of the same world size) and several calls.
 """
 
 from __future__ import annotations
@@ -13,6 +17,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from loguru import logger
+
+
+def put_per_rank(items: Sequence) -> list:
+    """One object-store ref per item (``ray.put`` once, then pass the ref to as many calls as need it), or the
+    items themselves when no Ray session is running (in-process groups of unit tests)."""
+    import ray
+
+    if not ray.is_initialized():
+        return list(items)
+    return [ray.put(item) for item in items]
 
 
 class WorkerGroup:
@@ -59,7 +73,7 @@ class WorkerGroup:
         return [getattr(a, method).remote(*args, **kwargs) for a in self.actors]
 
     def call_sharded(self, method: str, shards: Sequence, *args, **kwargs) -> list:
-        """Run ``method(shards[rank], *args, **kwargs)`` on every rank."""
+        """Run ``method(shards[rank], *args, **kwargs)`` on every rank (a shard may be an object ref)."""
         import ray
 
         if len(shards) != self.world_size:

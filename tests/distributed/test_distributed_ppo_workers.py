@@ -21,8 +21,8 @@ from reasonrl.distributed.ppo_workers import (
     WorkerConfig,
 )
 from reasonrl.distributed.vllm_engine import SamplingConfig
-from reasonrl.distributed.worker_group import WorkerGroup
-from reasonrl.experience import Experience
+from reasonrl.distributed.worker_group import WorkerGroup, put_per_rank
+from reasonrl.experience import Experience, flatten_padded
 from reasonrl.models import load_critic, pad_batch, response_logprobs, response_values
 
 pytestmark = pytest.mark.integration
@@ -72,12 +72,19 @@ def test_reference_logprobs_match_plain_transformers(ray_cluster, config, tiny_m
     ref = group(ReferenceWorker, dataclasses.replace(config, packing=packing))
     try:
         got = stitch(ref.call_sharded("compute_logprobs", shards(samples)))
+        # the wire format: token ids in, flat response-token log-probs out (one object ref per rank)
+        exp = Experience(samples, pad_batch(samples, 0).action_mask)
+        parts = exp.shard_indices(WORLD)
+        flat = ref.call_sharded("ragged_logprobs", put_per_rank([exp.ragged(i, with_fields=False) for i in parts]))
     finally:
         ref.kill()
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     with torch.no_grad():
         expected, _ = response_logprobs(model, pad_batch(samples, 0))
     assert got.shape == expected.shape
+    lengths = torch.tensor([len(r) for _, r in samples])
+    for idx, part in zip(parts, flat, strict=True):
+        assert part.dim() == 1 and torch.allclose(part, flatten_padded(expected[idx], lengths[idx]), atol=1e-5)
     print(
         f"reference ZeRO-3 x2 ({'packed' if packing else 'padded'}) vs transformers: {(got - expected).abs().max():.2e}"
     )
@@ -85,14 +92,37 @@ def test_reference_logprobs_match_plain_transformers(ray_cluster, config, tiny_m
 
 
 def test_critic_values_match_plain_critic(ray_cluster, config, tiny_model_dir):
-    samples = make_samples(6, seed=1)
+    """Values through the wire format, then two value steps the trainer's way: each rank gets its shard of the step
+    once, each mini-batch is the union of the ranks' slices, and the ranks' loss shares sum to its global loss."""
+    import types
+
+    from reasonrl.algos import value_loss
+    from reasonrl.trainer import _stitch, rank_mini_batches
+
+    samples = make_samples(8, seed=1)
+    lengths = torch.tensor([len(r) for _, r in samples])
+    mask = pad_batch(samples, 0).action_mask
+    exp = Experience(samples, mask)
+    parts = exp.shard_indices(WORLD)
     critic = group(CriticWorker, config)
     try:
-        got = stitch(critic.call_sharded("compute_values", shards(samples)))
-        exp = Experience(samples, pad_batch(samples, 0).action_mask, old_values=got, returns=torch.ones_like(got))
-        tokens, seqs = exp.num_tokens_and_seqs()
-        metrics = critic.call_sharded("update", exp.shard(WORLD), ValueLossConfig(), tokens, seqs)
+        flat = critic.call_sharded("ragged_values", put_per_rank([exp.ragged(i, with_fields=False) for i in parts]))
+        got = _stitch(flat, lengths, mask.shape[1], parts)
+        exp.old_values, exp.returns = got, torch.ones_like(got) * mask
+        assert critic.call_sharded("set_step_data", put_per_rank([exp.ragged(i) for i in parts]), 7) == [4, 4]
+        cfg = types.SimpleNamespace(seed=0, shuffle_mini_batches=True)
+        plan = rank_mini_batches(cfg, "critic", 7, 0, [len(p) for p in parts], [(0, 4), (4, 8)])
+        metrics = []
+        for per_rank in plan:
+            members = [parts[r][j] for r, local in enumerate(per_rank) for j in local]
+            tokens, seqs = exp.select(members).num_tokens_and_seqs()
+            metrics.append(critic.call_sharded("update_mini_batch", per_rank, 7, ValueLossConfig(), tokens, seqs))
+            if len(metrics) == 1:  # before any step the critic is the plain one: the global loss is known
+                mini = exp.select(members)
+                expected_loss, _ = value_loss(mini.old_values, mini.old_values, mini.returns, mini.action_mask)
         after = stitch(critic.call_sharded("compute_values", shards(samples)))
+        with pytest.raises(Exception, match="no data for step 8"):
+            critic.call_sharded("update_mini_batch", plan[0], 8, ValueLossConfig(), 1, 1)
     finally:
         critic.kill()
     plain = load_critic(str(tiny_model_dir), seed=config.seed)
@@ -100,10 +130,10 @@ def test_critic_values_match_plain_critic(ray_cluster, config, tiny_model_dir):
         expected = response_values(plain, pad_batch(samples, 0))
     print(f"critic ZeRO-3 x2 vs plain critic: max |diff| = {(got - expected).abs().max():.2e}")
     assert torch.allclose(got, expected, atol=1e-5)
-    mask = pad_batch(samples, 0).action_mask
-    # one value step towards returns=1 moves the values towards 1
+    assert len(plan) == 2 and sum(m["loss_share"] for m in metrics[0]) == pytest.approx(float(expected_loss), rel=1e-5)
+    # two value steps towards returns=1 move the values towards 1
     assert (1 - after).abs()[mask].mean() < (1 - got).abs()[mask].mean(), metrics
-    assert all(torch.isfinite(torch.tensor(m["grad_norm"])) for m in metrics)
+    assert all(torch.isfinite(torch.tensor(m["grad_norm"])) for ranks in metrics for m in ranks)
 
 
 def test_reward_model_scores_match_plain_transformers(ray_cluster, config, tiny_model_dir, tmp_path):
@@ -151,7 +181,8 @@ def test_policy_update_then_weight_sync(ray_cluster, config, vllm_engine, tiny_t
 
         probe = samples[0][0] + samples[0][1]
         probe_before = torch.tensor(ray.get(vllm_engine.prompt_logprobs.remote(probe)))
-        reports = policy.call("sync_weights", [vllm_engine], 256 * 1024, probe, 1e-4)
+        # the CPU defaults: broadcast over a gloo group with the engine, verified on the weights rank 0 sent
+        reports = policy.call("sync_weights", [vllm_engine], 256 * 1024, probe, 1e-4, transport="broadcast")
         report = reports[0]
         print(f"weight sync: {report}")
         assert reports[1] is None and report.num_buckets > 1 and report.probe_max_abs_diff < 1e-4
@@ -171,6 +202,16 @@ def test_policy_update_then_weight_sync(ray_cluster, config, vllm_engine, tiny_t
             engine_new[i, : len(c.logprobs)] = torch.tensor(c.logprobs)
         print(f"after sync: max |vLLM - policy| = {(engine_new - trained).abs()[mask2].max():.2e}")
         assert (engine_new - trained).abs()[mask2].max() < 1e-4
+
+        # the other transport and verification source, after one more update
+        metrics = policy.call_sharded("update", exp.shard(WORLD), PolicyLossConfig(), tokens, seqs)
+        sync = ("sync_weights", [vllm_engine], 256 * 1024, probe, 1e-4)
+        report = policy.call(*sync, transport="object_store", verify_with="trainer_forward")[0]
+        assert report.probe_max_abs_diff < 1e-4
+        trainer_probe = policy_logprobs(policy, [(probe[:1], probe[1:])])[0]
+        engine_probe = torch.tensor(ray.get(vllm_engine.prompt_logprobs.remote(probe)))
+        assert (engine_probe - trainer_probe).abs().max() < 1e-4
+        assert (engine_probe - probe_after).abs().max() > 1e-3  # the second update reached the engine too
     finally:
         ray.get(vllm_engine.update_weights.remote(list(original.items())))  # the engine is shared: restore it
         policy.kill()
