@@ -1,7 +1,7 @@
 """Time policy -> vLLM weight sync: ZeRO-3 gather (2 ranks, gloo) + load into a vLLM engine + probe verification.
 
-    python benchmarks/bench_weight_sync.py                    # tiny model and SmolLM2-135M
-    python benchmarks/bench_weight_sync.py --model smollm2 --bucket-mb 64 --repeats 3
+    python benchmarks/bench_weight_sync.py                    # tiny model and SmolLM2-135M, both transports
+    python benchmarks/bench_weight_sync.py --model smollm2 --transport broadcast --verify-with both
 
 Prints bytes, buckets and seconds per phase for each sync, and the probe's max |logprob diff|.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 
-def bench(name: str, path: str, bucket_mb: int, repeats: int) -> None:
+def bench(name: str, path: str, bucket_mb: int, repeats: int, transport: str, verify_with: str) -> None:
     import ray
 
     from reasonrl.distributed.ppo_workers import PolicyWorker, WorkerConfig
@@ -25,9 +25,11 @@ def bench(name: str, path: str, bucket_mb: int, repeats: int) -> None:
     probe = list(range(10, 42))
     try:
         for i in range(repeats):
-            report = policy.call("sync_weights", [engine], bucket_mb * 1024**2, probe, 1e-4)[0]
+            report = policy.call(
+                "sync_weights", [engine], bucket_mb * 1024**2, probe, 1e-4, transport=transport, verify_with=verify_with
+            )[0]
             print(
-                f"{name:8s} sync {i}: {report.num_bytes / 1024**2:7.1f} MiB in {report.num_buckets:3d} buckets "
+                f"{name:8s} {transport:12s} {verify_with:15s} sync {i}: {report.num_bytes / 1024**2:7.1f} MiB in {report.num_buckets:3d} buckets "
                 f"({report.num_tensors} tensors)  gather {report.gather_s:6.3f}s  load {report.load_s:6.3f}s  "
                 f"verify {report.verify_s:6.3f}s  total {report.total_s:6.3f}s  "
                 f"probe diff {report.probe_max_abs_diff:.1e}"
@@ -43,6 +45,8 @@ def main() -> None:
     parser.add_argument("--model", choices=["tiny", "smollm2", "both"], default="both")
     parser.add_argument("--bucket-mb", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--transport", choices=["broadcast", "object_store", "both"], default="both")
+    parser.add_argument("--verify-with", choices=["sent_weights", "trainer_forward", "both"], default="sent_weights")
     args = parser.parse_args()
 
     from reasonrl.distributed.ray_cluster import init_ray
@@ -50,8 +54,12 @@ def main() -> None:
 
     init_ray()
     models = {"tiny": tiny_model_path, "smollm2": smollm2_path}
+    transports = ["broadcast", "object_store"] if args.transport == "both" else [args.transport]
+    sources = ["sent_weights", "trainer_forward"] if args.verify_with == "both" else [args.verify_with]
     for name in ["tiny", "smollm2"] if args.model == "both" else [args.model]:
-        bench(name, str(models[name]()), args.bucket_mb, args.repeats)
+        for transport in transports:
+            for source in sources:
+                bench(name, str(models[name]()), args.bucket_mb, args.repeats, transport, source)
 
 
 if __name__ == "__main__":

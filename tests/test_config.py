@@ -295,7 +295,10 @@ def test_known_names_equal_the_registries():
     from reasonrl import algos
     from reasonrl.data import ORZ_STOP, get_template
     from reasonrl.distributed.deepspeed_engine import SCHEDULES
+    from reasonrl.distributed.weight_sync import TRANSPORTS, VERIFY_SOURCES
 
+    assert set(config_mod.SYNC_TRANSPORTS) == {"auto", *TRANSPORTS}
+    assert set(config_mod.SYNC_VERIFY_SOURCES) == {"auto", *VERIFY_SOURCES}
     assert set(config_mod.ADVANTAGE_ESTIMATOR_NAMES) == set(algos.ADVANTAGE_ESTIMATORS)
     assert set(config_mod.POLICY_LOSS_NAMES) == set(algos.POLICY_LOSSES)
     assert tuple(config_mod.AGG_MODE_NAMES) == tuple(algos.AGG_MODES)

@@ -56,6 +56,8 @@ from reasonrl.config.names import (
     POLICY_LOSS_NAMES,
     PROMPT_TEMPLATES,
     RESUME_MODES,
+    SYNC_TRANSPORTS,
+    SYNC_VERIFY_SOURCES,
     ZERO_STAGES,
 )
 from reasonrl.config.overrides import debug_mode_requested, parse_overrides
@@ -84,6 +86,8 @@ __all__ = [
     "POLICY_LOSS_NAMES",
     "PROMPT_TEMPLATES",
     "RESUME_MODES",
+    "SYNC_TRANSPORTS",
+    "SYNC_VERIFY_SOURCES",
     "ZERO_STAGES",
     "BasePPOExpConfig",
     "ConfigError",

@@ -272,6 +272,18 @@ class BasePPOExpConfig:
         "between their changes across the sync (bf16: docs/distributed.md); None = auto: 1e-4 in float32, 0.1 in bf16",
     )
     sync_bucket_mb: int = _log(256, "weight sync sends the policy to vLLM in buckets of at most this many MiB")
+    sync_transport: str = _log(
+        "auto",
+        "how the weights reach vLLM: broadcast (a process group from policy rank 0 to every engine worker: gloo on "
+        "CPU, NCCL on GPU), object_store (Ray), or auto: broadcast, except object_store where an engine shares a GPU "
+        "with the policy (colocate_all on GPU: NCCL refuses two ranks on one device)",
+    )
+    sync_verify_with: str = _log(
+        "auto",
+        "what the engines' probe log-probs are checked against after each sync: sent_weights (a host model on the "
+        "weights policy rank 0 just sent) or trainer_forward (the training model's own forward); auto: sent_weights "
+        "on CPU (a ZeRO-3 forward over gloo gathers every layer again), trainer_forward on GPU",
+    )
 
     # ------------------------------------------------------------------------------------------ construction
     def __post_init__(self) -> None:

@@ -69,6 +69,8 @@ ALWAYS_ALLOWED = (
     "cpus_per_bundle",
     "sync_bucket_mb",
     "sync_verify_tolerance",
+    "sync_transport",
+    "sync_verify_with",
     "verify_workers",
 )
 

@@ -29,6 +29,8 @@ from reasonrl.config.names import (
     POLICY_LOSS_NAMES,
     PROMPT_TEMPLATES,
     RESUME_MODES,
+    SYNC_TRANSPORTS,
+    SYNC_VERIFY_SOURCES,
     ZERO_STAGES,
 )
 from reasonrl.config.probes import _HOW_TO_PROVIDE_MODEL, _folder_problems, _model_problems, _reward_fn_problems
@@ -122,6 +124,8 @@ def _check_names(cfg: BasePPOExpConfig) -> list[str]:
         ("attn_implementation", ATTN_IMPLEMENTATIONS),
         ("extract_mode", EXTRACT_MODES),
         ("zero_stage", ZERO_STAGES),
+        ("sync_transport", SYNC_TRANSPORTS),
+        ("sync_verify_with", SYNC_VERIFY_SOURCES),
     ):
         value = getattr(cfg, name)
         if value not in valid:

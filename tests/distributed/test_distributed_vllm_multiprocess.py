@@ -69,3 +69,29 @@ def test_multiprocess_engine_generates_and_takes_a_bucketed_weight_sync(mp_engin
     print(f"multiprocess sync: max |vLLM - HF| = {err:.2e}, the probe moved by {moved:.3f}")
     assert moved > 1e-2  # the weights really changed in the worker process
     assert err < 1e-4  # ... to exactly the trainer's
+
+
+def test_broadcast_transport_reaches_the_worker_process(mp_engine, tiny_model_dir, tiny_tokenizer):
+    """The scale transport on the GPU engine layout: this process is rank 0 of a gloo group with the engine's worker
+    process (joined through the worker extension); buckets go by broadcast, the worker reloads them in place."""
+    from reasonrl.distributed.weight_sync import BroadcastSender
+
+    probe = tiny_tokenizer("Compute 40 + 2, step by step. The answer is").input_ids
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    before = torch.tensor(ray.get(mp_engine.prompt_logprobs.remote(probe)))
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    state = {name: p.detach() for name, p in model.named_parameters()}
+    sender = BroadcastSender([mp_engine], backend="gloo", device="cpu", timeout_s=120)
+    assert sender.serves([mp_engine])
+    buckets = plan_buckets(((n, t.numel() * t.element_size()) for n, t in state.items()), 64 * 1024)
+    for bucket in buckets:
+        sender.send([(n, state[n]) for n in bucket])
+    sender.finish()
+
+    after = torch.tensor(ray.get(mp_engine.prompt_logprobs.remote(probe)))
+    err, moved = (after - hf_prompt_logprobs(model, probe)).abs().max(), (after - before).abs().max()
+    print(f"broadcast sync in {len(buckets)} buckets: max |vLLM - HF| = {err:.2e}, the probe moved by {moved:.3f}")
+    assert moved > 1e-2 and err < 1e-4

@@ -1,0 +1,93 @@
+"""The weight-broadcast group's wire format and transport choice (pure), and one broadcast between two processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from reasonrl.distributed import sync_group
+from reasonrl.distributed.weight_sync import resolve_transport, resolve_verify_source
+
+
+def test_pack_unpack_round_trip_with_several_dtypes():
+    bucket = [
+        ("a.weight", torch.randn(3, 4)),
+        ("b.weight", torch.randn(5, dtype=torch.float64)),
+        ("c.bias", torch.randn(2)),
+        ("d.weight", torch.randn(2, 2).t()),  # not contiguous
+    ]
+    layout = sync_group.bucket_layout(bucket)
+    assert layout[1] == ("b.weight", (5,), "float64")
+    buffers = sync_group.pack(bucket)
+    assert [b.dtype for b in buffers] == [torch.float32, torch.float64]  # one buffer per dtype, first-seen order
+    received = sync_group.empty_buffers(layout, "cpu")
+    for src, dst in zip(buffers, received, strict=True):
+        dst.copy_(src)  # what the broadcast does
+    out = sync_group.unpack(layout, received)
+    assert [n for n, _ in out] == [n for n, _ in bucket]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(out, bucket, strict=True))
+
+
+def test_views_of_one_flat_buffer_are_sent_without_a_copy():
+    flat = torch.arange(10.0)
+    bucket = [("a", flat[:4].view(2, 2)), ("b", flat[4:])]
+    (buffer,) = sync_group.pack(bucket)
+    assert buffer.data_ptr() == flat.data_ptr() and buffer.numel() == 10
+    (partial,) = sync_group.pack([("a", flat[:4]), ("b", flat[4:9])])  # does not cover the storage: copied
+    assert partial.data_ptr() != flat.data_ptr() and torch.equal(partial, flat[:9])
+
+
+def test_unpack_rejects_a_buffer_of_the_wrong_size():
+    layout = sync_group.bucket_layout([("a", torch.zeros(3))])
+    with pytest.raises(ValueError, match="holds 4 elements, the layout 3"):
+        sync_group.unpack(layout, [torch.zeros(4)])
+
+
+def test_transport_and_verify_source_choices():
+    assert resolve_transport("auto", "cpu", colocated=True) == "broadcast"
+    assert resolve_transport("auto", "gpu", colocated=False) == "broadcast"
+    assert resolve_transport("auto", "gpu", colocated=True) == "object_store"  # NCCL: two ranks on one GPU
+    assert resolve_transport("object_store", "gpu", colocated=False) == "object_store"
+    assert resolve_verify_source("auto", "gloo") == "sent_weights"
+    assert resolve_verify_source("auto", "nccl") == "trainer_forward"
+    assert resolve_verify_source("trainer_forward", "gloo") == "trainer_forward"
+    with pytest.raises(ValueError, match="sync_transport"):
+        resolve_transport("nccl", "gpu", colocated=False)
+    with pytest.raises(ValueError, match="sync_verify_with"):
+        resolve_verify_source("engine", "gloo")
+
+
+def test_broadcast_between_two_processes_over_gloo(tmp_path):
+    """Rank 0 packs a bucket and broadcasts it; rank 1 (another process) receives it into empty buffers."""
+    from reasonrl.distributed.workers import free_port
+
+    script = tmp_path / "rank.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys, torch
+            from reasonrl.distributed import sync_group
+            rank, port = int(sys.argv[1]), int(sys.argv[2])
+            group = sync_group.create_group("127.0.0.1", port, rank, 2, "gloo", timeout_s=60)
+            g = torch.Generator().manual_seed(0)
+            bucket = [("w", torch.randn(64, 32, generator=g)), ("h", torch.randn(7, generator=g).half())]
+            layout = sync_group.bucket_layout(bucket)
+            buffers = sync_group.pack(bucket) if rank == 0 else sync_group.empty_buffers(layout, "cpu")
+            for b in buffers:
+                sync_group.broadcast(group, b)
+            out = sync_group.unpack(layout, buffers)
+            print("equal", all(torch.equal(a, b) for (_, a), (_, b) in zip(out, bucket)), flush=True)
+            """
+        )
+    )
+    port = free_port()
+    procs = [
+        subprocess.Popen([sys.executable, str(script), str(r), str(port)], stdout=subprocess.PIPE, text=True)
+        for r in (0, 1)
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all("equal True" in out for out in outs), outs
