@@ -572,38 +572,45 @@ def _gathers_partitions_to_rank0(params) -> bool:
 
 
 def _gather_partitions_to_rank0(params) -> list[Any] | None:
-    """Full copies of ZeRO-3 parameters on rank 0: every other rank sends its partitions, concatenated, in one
-    message (point-to-point, so rank 0 copies nothing to itself). Collective. Returns the tensors (rank 0, on the
-    partitions' device) or ``None`` (other ranks).
+    """Full copies of ZeRO-3 parameters on rank 0: every other rank sends each partition point-to-point, received
+    straight into its place in one flat buffer (no concatenation on the senders, no reshuffle on rank 0, nothing
+    sent to itself). Collective. Returns the tensors (rank 0, on the partitions' device) or ``None`` elsewhere.
 
-    Rank 0 writes every parameter straight into one flat buffer (they share a dtype): the tensors returned are
-    consecutive views of it, which a transport can send as one buffer without packing it again.
+    The tensors returned are consecutive views of that flat buffer, which a transport can send as one buffer
+    without packing it again.
     """
     import torch
     import torch.distributed as dist
 
     world, rank = dist.get_world_size(), dist.get_rank()
-    parts = [p.ds_tensor.detach().reshape(-1) for p in params]  # this rank's partition of each parameter
+
+    def valid(p, r: int) -> int:  # elements of rank r's partition inside the parameter (the rest is padding)
+        size = p.ds_tensor.numel()
+        return max(0, min(size, p.ds_numel - r * size))
+
     if rank != 0:
-        dist.send(torch.cat(parts) if len(parts) > 1 else parts[0], dst=0)
+        sends = [
+            dist.isend(p.ds_tensor.detach().reshape(-1)[: valid(p, rank)], dst=0, tag=i)
+            for i, p in enumerate(params)
+            if valid(p, rank)
+        ]
+        for work in sends:
+            work.wait()
         return None
-    total = sum(part.numel() for part in parts)
-    received = [None] + [torch.empty(total, dtype=parts[0].dtype, device=parts[0].device) for _ in range(1, world)]
-    for work in [dist.irecv(received[r], src=r) for r in range(1, world)]:
-        work.wait()
-    flat = torch.empty(sum(p.ds_numel for p in params), dtype=parts[0].dtype, device=parts[0].device)
-    full, offset, out_offset = [], 0, 0
-    for p, part in zip(params, parts, strict=True):
-        size = part.numel()  # rank r holds elements [r * size, (r + 1) * size) of the flat parameter
-        dst = flat[out_offset : out_offset + p.ds_numel]
-        for r in range(world):
-            take = min(size, p.ds_numel - r * size)
-            if take > 0:
-                source = part if r == 0 else received[r][offset : offset + size]
-                dst[r * size : r * size + take].copy_(source[:take])
+    dtype, device = params[0].ds_tensor.dtype, params[0].ds_tensor.device
+    flat = torch.empty(sum(p.ds_numel for p in params), dtype=dtype, device=device)
+    full, receives, offset = [], [], 0
+    for i, p in enumerate(params):
+        dst = flat[offset : offset + p.ds_numel]  # rank r's partition is elements [r * size, r * size + valid)
+        size = p.ds_tensor.numel()
+        for r in range(1, world):
+            if valid(p, r):
+                receives.append(dist.irecv(dst[r * size : r * size + valid(p, r)], src=r, tag=i))
+        dst[: valid(p, 0)].copy_(p.ds_tensor.detach().reshape(-1)[: valid(p, 0)])
         full.append(dst.view(p.ds_shape))
-        offset += size
-        out_offset += p.ds_numel
+        offset += p.ds_numel
+    for work in receives:
+        work.wait()
     return full
 
 

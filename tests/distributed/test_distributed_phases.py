@@ -179,7 +179,7 @@ def test_trainer_serialises_forwards_only_under_colocate_all():
                     events.append(f"{self.name}:start")
                     await asyncio.sleep(0)
                     events.append(f"{self.name}:end")
-                    lp = torch.zeros(len(shards[0]), 2)
+                    lp = torch.zeros(2)  # flat: the one sample's two response tokens
                     return (lp, None) if self.name == "policy" else lp
 
                 return [forward()]
