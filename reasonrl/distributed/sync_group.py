@@ -118,6 +118,21 @@ def unpack(layout: BucketLayout, buffers: Sequence[torch.Tensor]) -> list[tuple[
     return out  # type: ignore[return-value]
 
 
+def buffer_dtypes(layout: BucketLayout) -> list[str]:
+    """The dtype of each flat buffer of a bucket with this layout, in :func:`pack` order."""
+    return list(_dtype_groups(layout))
+
+
+def to_bytes(buffer: torch.Tensor) -> bytes:
+    """A flat CPU buffer's raw bytes (any dtype, bf16 included)."""
+    return buffer.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+
+
+def from_bytes(blob: bytes, dtype: str) -> torch.Tensor:
+    """The inverse of :func:`to_bytes` (a writable copy)."""
+    return torch.frombuffer(bytearray(blob), dtype=torch.uint8).view(getattr(torch, dtype))
+
+
 def _numel(shape: Sequence[int]) -> int:
     n = 1
     for d in shape:

@@ -158,22 +158,36 @@ class VLLMEngine:
     def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> int:
         """Load HF-named full tensors into the live engine in place. Returns the number of tensors loaded.
 
-        Uses the worker's ``reload_weights`` through ``collective_rpc`` (tensors pass as-is in-process; in
-        multiprocess mode they are sent as safetensors bytes, since msgpack cannot carry tensors). The prefix
-        cache is reset afterwards: cached KV blocks were computed with the old weights.
+        The tensors are packed into one flat buffer per dtype (``sync_group.pack``) and loaded by
+        :meth:`load_packed`. The prefix cache is reset afterwards: cached KV blocks were computed with the old
+        weights.
         """
+        from reasonrl.distributed import sync_group
+
         weights = list(named_tensors)
+        return self.load_packed(sync_group.bucket_layout(weights), sync_group.pack(weights))
+
+    def load_packed(self, layout, buffers: Sequence[Any]) -> int:
+        """Load a bucket in ``sync_group`` wire format (``layout`` + one flat buffer per dtype) in place, with the
+        workers' ``reload_weights`` through ``collective_rpc``: as tensor views in-process, as raw bytes to a
+        function in the worker process in multiprocess mode (msgpack cannot carry tensors). Returns the number of
+        tensors loaded.
+
+        Flat buffers rather than one tensor per name: a Ray or pickle round trip of a view serialises its whole
+        storage, so views of one gathered bucket would each carry the entire bucket.
+        """
+        from reasonrl.distributed import sync_group
+
         if self.in_process:
+            weights = sync_group.unpack(layout, buffers)
             self.llm.collective_rpc(
                 "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
             )
         else:
-            from safetensors.torch import save
-
-            blob = save({name: t.contiguous() for name, t in weights})
-            self.llm.collective_rpc(_reload_from_safetensors_bytes, args=(blob,))
+            blobs = [sync_group.to_bytes(buffer) for buffer in buffers]
+            self.llm.collective_rpc(_reload_from_packed_bytes, args=(list(layout), blobs))
         self.llm.reset_prefix_cache()
-        return len(weights)
+        return len(layout)
 
     def num_workers(self) -> int:
         """vLLM workers of this engine (one per tensor-parallel rank): its members in the weight-broadcast group."""
@@ -236,11 +250,14 @@ class VLLMEngine:
         gc.collect()
 
 
-def _reload_from_safetensors_bytes(worker, blob: bytes) -> None:
-    """Runs inside a vLLM worker process (multiprocess mode): decode and reload weights in place."""
-    from safetensors.torch import load
+def _reload_from_packed_bytes(worker, layout, blobs: list[bytes]) -> None:
+    """Runs inside a vLLM worker process (multiprocess mode): rebuild the bucket and reload it in place."""
+    from reasonrl.distributed import sync_group
 
-    worker.reload_weights(weights_iterator=iter(load(bytes(blob)).items()), is_checkpoint_format=True)
+    dtypes = sync_group.buffer_dtypes(layout)
+    buffers = [sync_group.from_bytes(blob, dtype) for blob, dtype in zip(blobs, dtypes, strict=True)]
+    weights = sync_group.unpack(layout, buffers)
+    worker.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
 
 
 class WeightBroadcastReceiver:

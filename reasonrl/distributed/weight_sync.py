@@ -240,8 +240,8 @@ def resolve_verify_source(source: str, backend: str) -> str:
 
 
 class ObjectStoreSender:
-    """Each bucket goes into Ray's object store once (``ray.put``) and every engine loads it
-    (``VLLMEngine.update_weights``); at most one bucket per engine is in flight. Works for every placement."""
+    """Each bucket goes into Ray's object store once (``ray.put`` of its flat buffers) and every engine loads it
+    (``VLLMEngine.load_packed``); at most one bucket per engine is in flight. Works for every placement."""
 
     device = "cpu"
 
@@ -252,9 +252,18 @@ class ObjectStoreSender:
     def send(self, named_tensors: list[tuple[str, Any]]) -> None:
         import ray
 
-        ref = ray.put(named_tensors)
+        layout, buffers = self.wire(named_tensors)
+        ref = ray.put(buffers)
         ray.get(self.pending)
-        self.pending = [engine.update_weights.remote(ref) for engine in self.engines]
+        self.pending = [engine.load_packed.remote(layout, ref) for engine in self.engines]
+
+    @staticmethod
+    def wire(named_tensors: list[tuple[str, Any]]):
+        """``(layout, flat buffers)``: what goes into the object store. Never the tensors themselves: pickling a
+        view serialises its whole storage, so each view of a gathered bucket would carry the entire bucket."""
+        from reasonrl.distributed import sync_group
+
+        return sync_group.bucket_layout(named_tensors), sync_group.pack(named_tensors)
 
     def finish(self) -> None:
         import ray

@@ -1,9 +1,10 @@
 """The GPU engine path on CPU: vLLM's multiprocess engine (``VLLM_ENABLE_V1_MULTIPROCESSING=1``, the GPU default).
 
 CPU runs use the in-process engine (``platform.runtime_env_vars``); on GPU placements the engine core and its worker
-are separate processes, where ``collective_rpc`` cannot carry tensors (msgpack), so ``VLLMEngine.update_weights``
-sends each bucket as safetensors bytes to a function that runs in the worker. This test starts one engine actor in
-that mode (the test session's Ray cluster) and checks generation and a bucketed weight sync against transformers.
+are separate processes, where ``collective_rpc`` cannot carry tensors (msgpack), so ``VLLMEngine.load_packed`` sends
+each bucket as the raw bytes of its flat buffers to a function that runs in the worker. This test starts one engine
+actor in that mode (the test session's Ray cluster) and checks generation and a bucketed weight sync against
+transformers, by both transports.
 """
 
 from __future__ import annotations
