@@ -29,8 +29,7 @@ import types
 import numpy as np
 import torch
 
-from reasonrl.experience import FLOAT_FIELDS, Experience
-from reasonrl.trainer import _stitch, mini_batch_order, rank_mini_batches
+from reasonrl.experience import FLOAT_FIELDS, Experience, mini_batch_order, rank_mini_batches, stitch_rank_outputs
 
 
 def synthetic_step(num_samples: int, max_len: int, seed: int = 0) -> Experience:
@@ -101,7 +100,7 @@ def new_dispatch(exp: Experience, forward_sizes: dict, update_sizes: dict, epoch
             sent, delivered = sent + nbytes, delivered + nbytes * readers
             parts.append(exp.old_logprobs[idx][exp.action_mask[idx]])  # what the rank returns: flat float32
             returned += parts[-1].numel() * 4 * readers
-        _stitch(parts, lengths, width, shards)
+        stitch_rank_outputs(parts, lengths, width, shards)
     forward_s = time.perf_counter() - start
     start = time.perf_counter()
     shards_of = {}

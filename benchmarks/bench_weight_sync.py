@@ -29,7 +29,8 @@ def bench(name: str, path: str, bucket_mb: int, repeats: int, transport: str, ve
                 "sync_weights", [engine], bucket_mb * 1024**2, probe, 1e-4, transport=transport, verify_with=verify_with
             )[0]
             print(
-                f"{name:8s} {transport:12s} {verify_with:15s} sync {i}: {report.num_bytes / 1024**2:7.1f} MiB in {report.num_buckets:3d} buckets "
+                f"{name:8s} {transport:12s} {verify_with:15s} sync {i}: "
+                f"{report.num_bytes / 1024**2:7.1f} MiB in {report.num_buckets:3d} buckets "
                 f"({report.num_tensors} tensors)  gather {report.gather_s:6.3f}s  load {report.load_s:6.3f}s  "
                 f"verify {report.verify_s:6.3f}s  total {report.total_s:6.3f}s  "
                 f"probe diff {report.probe_max_abs_diff:.1e}"

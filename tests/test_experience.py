@@ -15,9 +15,9 @@ from reasonrl.experience import (
     flatten_padded,
     padded_from_flat,
     padded_from_rows,
+    rank_mini_batches,
     token_balanced_shards,
 )
-from reasonrl.trainer import rank_mini_batches
 
 
 def make() -> Experience:
@@ -181,7 +181,7 @@ def test_rank_mini_batches_cut_each_shard_and_cover_every_sample_once_per_pass()
 
 def test_one_rank_mini_batches_are_the_global_ones():
     """World size 1: the plan is the order of the padded path (``mini_batch_order`` cut by the bounds)."""
-    from reasonrl.trainer import mini_batch_order
+    from reasonrl.experience import mini_batch_order
 
     cfg = types.SimpleNamespace(seed=3, shuffle_mini_batches=True)
     bounds = [(0, 10), (10, 20), (20, 30)]

@@ -8,7 +8,8 @@ import types
 import pytest
 import torch
 
-from reasonrl.trainer import _mean_metrics, _stitch, mini_batch_order
+from reasonrl.experience import mini_batch_order, stitch_rank_outputs
+from reasonrl.trainer import _mean_metrics
 
 
 def test_token_weighted_over_ranks_and_mean_over_steps():
@@ -32,7 +33,7 @@ def test_a_rank_with_an_empty_shard_does_not_bias_or_crash():
 
 def test_stitch_places_each_ranks_flat_outputs_at_its_shard_rows():
     parts = [torch.tensor([1.0, 1.0, 3.0]), torch.tensor([2.0]), torch.zeros(0)]  # per rank: response tokens only
-    out = _stitch(parts, torch.tensor([2, 1, 1]), 3, [[0, 2], [1], []])
+    out = stitch_rank_outputs(parts, torch.tensor([2, 1, 1]), 3, [[0, 2], [1], []])
     assert out.tolist() == [[1.0, 1.0, 0.0], [2.0, 0.0, 0.0], [3.0, 0.0, 0.0]]
 
 

@@ -97,7 +97,7 @@ def test_critic_values_match_plain_critic(ray_cluster, config, tiny_model_dir):
     import types
 
     from reasonrl.algos import value_loss
-    from reasonrl.trainer import _stitch, rank_mini_batches
+    from reasonrl.experience import rank_mini_batches, stitch_rank_outputs
 
     samples = make_samples(8, seed=1)
     lengths = torch.tensor([len(r) for _, r in samples])
@@ -107,7 +107,7 @@ def test_critic_values_match_plain_critic(ray_cluster, config, tiny_model_dir):
     critic = group(CriticWorker, config)
     try:
         flat = critic.call_sharded("ragged_values", put_per_rank([exp.ragged(i, with_fields=False) for i in parts]))
-        got = _stitch(flat, lengths, mask.shape[1], parts)
+        got = stitch_rank_outputs(flat, lengths, mask.shape[1], parts)
         exp.old_values, exp.returns = got, torch.ones_like(got) * mask
         assert critic.call_sharded("set_step_data", put_per_rank([exp.ragged(i) for i in parts]), 7) == [4, 4]
         cfg = types.SimpleNamespace(seed=0, shuffle_mini_batches=True)
