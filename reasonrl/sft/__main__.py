@@ -1,4 +1,5 @@
-"""SFT from the command line: ``python -m reasonrl.sft pretrain=... train_data=... output_dir=... [field=value]``."""
+"""SFT from the command line: ``python -m reasonrl.sft pretrain=... train_data=... output_dir=... [field=value]``,
+or ``python -m reasonrl.sft config=<file.json|file.yaml> [field=value]``; ``--help`` lists every field."""
 
 from reasonrl.sft.trainer import run_sft_recipe
 

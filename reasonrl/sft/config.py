@@ -12,7 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from reasonrl.config.errors import ConfigError, _close
+from reasonrl.config.fields import _dat, _evl, _exp, _log, _mod, _opt, _res
 from reasonrl.config.names import ATTN_IMPLEMENTATIONS, DEVICES, LR_SCHEDULES, PROMPT_TEMPLATES, ZERO_STAGES
+
+# In-memory data: set in Python only (not on the command line, not in a config= file, not in --help).
+PYTHON_ONLY_FIELDS = ("rows", "eval_rows", "generator")
 
 # Fields that do not change the trained weights (where things go, how often things are logged or saved).
 NOT_WEIGHT_FIELDS = (
@@ -43,57 +47,66 @@ class SFTConfig:
 
     Subclass it for a recipe (``playground/sft_arith.py``) exactly like ``BasePPOExpConfig``."""
 
-    pretrain: str = "tiny"  # model folder, or an offline model name (tiny / tiny-demo / smollm2 / arith-sft)
-    output_dir: str = "ckpt/sft_hf"  # the exported HF folder (pretrain=<it> starts RL from it)
-    overwrite: bool = False  # replace an existing output_dir (else: refuse before training)
-    exp_name: str = "sft"
-    log_dir: str = "logs"
-    seed: int = 42
+    pretrain: str = _mod(
+        "tiny", "model to fine-tune: a local HF folder, a Hub id in the local HF cache, or tiny / tiny-demo / smollm2"
+    )
+    output_dir: str = _exp("ckpt/sft_hf", "the exported Hugging Face folder (pretrain=<it> starts RL from it)")
+    overwrite: bool = _exp(False, "replace an existing output_dir (else: refused before training)")
+    exp_name: str = _exp("sft", "run name: checkpoints go to <ckpt_dir>/<exp_name>/, curves to <log_dir>/<exp_name>/")
+    log_dir: str = _exp("logs", "root folder of the logs and curves")
+    seed: int = _exp(42, "seed of the model's init, the data order and the held-out split")
     # data
-    rows: list[dict] | None = None
-    generator: Callable[[], Iterable[dict]] | None = None
-    train_data: list[str] = dataclasses.field(default_factory=list)
-    eval_rows: list[dict] | None = None
-    eval_data: list[str] = dataclasses.field(default_factory=list)
-    eval_frac: float = 0.02  # held-out share of the training rows when no eval rows/data are given
-    eval_max_rows: int = 512
-    prompt_template: str = "plain"  # plain / chat / orz / r1_zero / a jinja2 file (as the RL config's)
-    prompt_field: str = "question"  # the row field the template renders as the question
-    response_field: str = "answer"  # the row field holding the target text (surrounding whitespace stripped); + EOS
-    max_prompt_len: int = 256  # prompt tokens kept (left-truncated, like the RL trainer)
-    max_response_len: int = 256  # longer targets (with EOS) are dropped and counted
+    rows: list[dict] | None = _dat(None, "in-memory training rows (Python only)")
+    generator: Callable[[], Iterable[dict]] | None = _dat(None, "a callable returning training rows (Python only)")
+    train_data: list[str] = _dat(
+        doc="training sources of reasonrl.data.load_rows: built-in names, .jsonl/.json/.parquet files, folders",
+        factory=list,
+    )
+    eval_rows: list[dict] | None = _dat(None, "in-memory held-out rows (Python only)")
+    eval_data: list[str] = _dat(
+        doc="held-out sources (as train_data); none: the last eval_frac of the rows", factory=list
+    )
+    eval_frac: float = _dat(0.02, "held-out share of the training rows when no eval rows/data are given")
+    eval_max_rows: int = _dat(512, "at most this many held-out rows")
+    prompt_template: str = _dat("plain", "plain / chat / orz / r1_zero / a jinja2 file (as the RL config's)")
+    prompt_field: str = _dat("question", "the row field the template renders as the question")
+    response_field: str = _dat("answer", "the row field holding the target text (whitespace stripped); EOS is appended")
+    max_prompt_len: int = _dat(256, "prompt tokens kept (left-truncated, like the RL trainer)")
+    max_response_len: int = _dat(256, "longer targets (with EOS) are dropped and counted")
     # optimisation
-    lr: float = 1e-3
-    lr_schedule: str = "cosine"  # constant / linear / cosine (to 0 at the last step)
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    num_epochs: int = 1
-    max_steps: int | None = None  # stop after this many optimizer steps (cycling the data if needed)
-    train_batch_size: int = 64  # pairs per optimizer step, over all ranks
-    max_tokens_per_micro_batch: int = 8192
-    packing: bool = False  # padding-free micro-batches where the attention backend supports it (flash_attention_2)
+    lr: float = _opt(1e-5, "peak learning rate (AdamW); 1e-5 suits full fine-tuning of 0.1B-7B LLMs")
+    lr_schedule: str = _opt("cosine", "constant / linear / cosine (to 0 at the last step)")
+    warmup_steps: int = _opt(20, "linear warmup from 0 over this many optimizer steps")
+    weight_decay: float = _opt(0.0, "AdamW weight decay")
+    grad_clip: float = _opt(1.0, "clip the global gradient 2-norm to this (0 = no clipping)")
+    num_epochs: int = _opt(1, "passes over the training rows (when max_steps is None)")
+    max_steps: int | None = _opt(None, "stop after this many optimizer steps (cycling the data if needed)")
+    train_batch_size: int = _opt(64, "pairs per optimizer step, over all ranks")
+    max_tokens_per_micro_batch: int = _opt(8192, "token budget of each rank's micro-batches (padded prompt+response)")
+    packing: bool = _opt(
+        False, "padding-free micro-batches where the attention backend supports it (flash_attention_2)"
+    )
     # resources
-    num_nodes: int = 1
-    devices_per_node: int = 1  # data-parallel ranks = num_nodes x devices_per_node
-    zero_stage: int = 3
-    offload_optimizer: bool = False  # optimizer states in host memory (ZeRO-1..3)
-    bf16: bool = False
-    gradient_checkpointing: bool = False
-    attn_implementation: str = "sdpa"
-    device: str = "auto"  # auto / cpu / gpu
-    ray_address: str | None = None
-    cpus_per_bundle: float = 1.0
-    torch_threads: int | None = None  # CPU threads of each worker's torch; None = Ray's default (its num_cpus)
+    num_nodes: int = _res(1, "nodes of the data-parallel group")
+    devices_per_node: int = _res(1, "ranks per node; data-parallel ranks = num_nodes x devices_per_node")
+    zero_stage: int = _res(3, "DeepSpeed ZeRO stage 0..3")
+    offload_optimizer: bool = _res(False, "optimizer states in host memory (ZeRO-1..3)")
+    bf16: bool = _res(False, "bf16 weights and compute (GPU); else fp32")
+    gradient_checkpointing: bool = _res(False, "recompute activations in the backward pass (less memory, slower)")
+    attn_implementation: str = _res("sdpa", "auto / flash_attention_2 / sdpa / eager")
+    device: str = _res("auto", "auto / cpu / gpu")
+    ray_address: str | None = _res(None, "join this Ray cluster (auto: the one `ray start` recorded); None = local")
+    cpus_per_bundle: float = _res(1.0, "CPUs of each rank's placement bundle")
+    torch_threads: int | None = _res(None, "CPU threads of each worker's torch; None = Ray's default (its num_cpus)")
     # checkpoints (DeepSpeed states of every rank under <ckpt_dir>/<exp_name>/step_<n>/, as RL runs)
-    ckpt_dir: str = "ckpt"
-    save_interval: int = 0  # save every N steps (0 = never: only the final HF export in output_dir)
-    keep_last_ckpts: int = 2
-    resume: str = "auto"  # auto (newest complete checkpoint, if any) / none / a step_<n> folder
+    ckpt_dir: str = _exp("ckpt", "checkpoints go to <ckpt_dir>/<exp_name>/step_<n>/ (every rank's DeepSpeed states)")
+    save_interval: int = _exp(0, "save every N steps (0 = never: only the final HF export in output_dir)")
+    keep_last_ckpts: int = _exp(2, "keep this many newest checkpoints")
+    resume: str = _exp("auto", "auto (newest complete checkpoint, if any) / none / a step_<n> folder")
     # logging
-    log_interval: int = 10
-    eval_interval: int = 100  # 0 = only before and after training
-    progress_bar: bool = True
+    log_interval: int = _log(10, "log the training metrics every N steps")
+    eval_interval: int = _evl(100, "held-out loss every N steps (0 = only before and after training)")
+    progress_bar: bool = _log(True, "a tqdm progress bar on the driver")
 
     @property
     def world_size(self) -> int:
@@ -108,23 +121,33 @@ class SFTConfig:
 
     @classmethod
     def from_cli(cls, argv: Sequence[str] | None = None) -> SFTConfig:
-        """An instance from ``field=value`` arguments (``--help`` lists the fields and their defaults)."""
-        from reasonrl.config.overrides import parse_overrides
+        """An instance from the command line (default ``sys.argv[1:]``): the recipe's defaults, then the values of
+        ``config=<file.json|file.yaml>`` if given (e.g. a checkpoint's sft_config.json), then the ``field=value``
+        overrides. ``-h`` / ``--help`` prints :meth:`help_text` and exits."""
+        from reasonrl.config.overrides import apply_config_file, config_file_usage, parse_overrides, split_config_file
 
         argv = list(sys.argv[1:] if argv is None else argv)
         if any(a in ("-h", "--help", "help") for a in argv):
-            print(cls.help_text())
+            print(config_file_usage() + "\n\n" + cls.help_text())
             raise SystemExit(0)
-        return cls().with_overrides(parse_overrides(argv))
+        config_path, argv = split_config_file(argv)
+        overrides = parse_overrides(argv)
+        cfg = cls()
+        if config_path is not None:
+            cfg = apply_config_file(cfg, config_path, python_only=PYTHON_ONLY_FIELDS)
+        return cfg.with_overrides(overrides)
 
     @classmethod
     def help_text(cls) -> str:
-        defaults = cls()
-        lines = [f"{cls.__name__}: python -m <recipe> [field=value ...]", ""]
-        for f in dataclasses.fields(cls):
-            if f.name in ("rows", "eval_rows", "generator"):
-                continue  # in-memory data: Python only
-            lines.append(f"  {f.name:28s} {getattr(defaults, f.name)!r}")
+        """Every field a command line can set, with its type, default and meaning, by group (what ``--help``
+        prints; the same layout as the RL recipes')."""
+        from reasonrl.config.render import field_help_lines
+
+        lines = [
+            f"{cls.__name__}: override any field with field=value (e.g. lr=2e-5 train_data=pairs.jsonl max_steps=9).",
+            "In-memory data (rows, eval_rows, generator) is set in Python only.",
+        ]
+        lines += field_help_lines(cls, skip=PYTHON_ONLY_FIELDS)
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:

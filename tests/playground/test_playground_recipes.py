@@ -27,6 +27,19 @@ def test_recipe_validates_or_names_the_missing_model(name):
             cfg.validate()
 
 
+def test_debug_mode_qwen7b_ppo_on_the_tiny_model_runs_a_few_short_steps():
+    """``DEBUG_MODE=1 python -m playground.qwen7b_ppo pretrain=tiny``, as resolved (not run): one device, a few
+    steps of short prompts and responses, valid on this machine; overrides after the shrink still win."""
+    cls = recipe_config("qwen7b_ppo")
+    cfg = cls.from_cli(["pretrain=tiny", "device=cpu"], environ={"DEBUG_MODE": "1"})
+    assert cfg.debug and cfg.exp_name == "qwen7b_ppo-debug" and cfg.policy_world_size == cfg.critic_world_size == 1
+    assert cfg.max_steps == 3 and cfg.max_prompt_len <= 512 and cfg.generate_max_len <= 256
+    assert cfg.resolved_vllm_max_model_len <= 2048  # fits the tiny model's context
+    cfg.validate()
+    longer = cls.from_cli(["pretrain=tiny", "device=cpu", "max_steps=10"], environ={"DEBUG_MODE": "1"})
+    assert longer.max_steps == 10 and longer.debug
+
+
 def test_recipes_only_override_fields():
     """No copied code: a recipe module defines one config class (and nothing but field defaults in it)."""
     for name in RECIPES:

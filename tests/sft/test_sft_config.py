@@ -85,7 +85,7 @@ def test_command_line_overrides_and_help():
     assert (cfg.lr, cfg.max_steps, cfg.train_data) == (3e-4, 7, ["gsm8k_train", "math_train"])
     with pytest.raises(ConfigError, match=r"unknown field 'lrr'.*did you mean 'lr'"):
         SFTConfig.from_cli(["lrr=1"])
-    assert "train_batch_size" in SFTConfig.help_text() and "generator" not in SFTConfig.help_text()
+    assert "  train_batch_size: int = 64" in SFTConfig.help_text() and "  generator:" not in SFTConfig.help_text()
 
 
 def test_bad_recipe_fails_from_the_command_line_before_ray(tmp_path):
@@ -99,3 +99,37 @@ def test_bad_recipe_fails_from_the_command_line_before_ray(tmp_path):
     assert proc.returncode == 2
     assert "invalid SFT config: 2 problems" in proc.stderr and "lr=-1.0 must be > 0" in proc.stderr
     assert "output_dir=" in proc.stderr and "Started a local Ray instance" not in proc.stderr + proc.stdout
+
+
+def test_help_lists_every_field_with_type_default_and_meaning():
+    """``python -m reasonrl.sft --help``: the RL recipes' layout ("name: type = default", then its meaning), by
+    group, from SFTConfig's field metadata; in-memory data is left out."""
+    import dataclasses
+
+    from reasonrl.sft.config import PYTHON_ONLY_FIELDS
+
+    text = SFTConfig.help_text()
+    lines = text.splitlines()
+    assert "[optimisation]" in lines and "[data]" in lines and "[resources]" in lines
+    for f in dataclasses.fields(SFTConfig):
+        heads = [i for i, line in enumerate(lines) if line.startswith(f"  {f.name}: ")]
+        if f.name in PYTHON_ONLY_FIELDS:
+            assert not heads, f"{f.name} is Python only"
+            continue
+        assert len(heads) == 1, f"{f.name} missing from --help"
+        assert f.metadata.get("help"), f"{f.name} has no help text"
+        assert lines[heads[0] + 1] == f"      {f.metadata['help']}"
+    assert "  lr: float = 1e-05" in lines and "  max_steps: int | None = None" in lines
+    proc = subprocess.run([sys.executable, "-m", "reasonrl.sft", "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "  train_batch_size: int = 64" in proc.stdout and "config=" in proc.stdout
+
+
+def test_default_lr_suits_llms_and_the_demo_recipe_keeps_its_own():
+    """SFTConfig's lr suits full fine-tuning of real LLMs; the 5M-parameter demo model's recipes keep 1e-3, so the
+    cached ``arith-sft`` warm start (whose key hashes the lr) and the demo's result do not change."""
+    from playground.sft_arith import SFTArithConfig
+    from reasonrl.models.warm_start import ArithWarmStartConfig
+
+    assert SFTConfig().lr == 1e-5
+    assert ArithWarmStartConfig().lr == SFTArithConfig().lr == 1e-3
+    assert ArithWarmStartConfig().weights_fingerprint()["lr"] == 1e-3
