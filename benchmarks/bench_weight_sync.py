@@ -16,6 +16,7 @@ def bench(name: str, path: str, bucket_mb: int, repeats: int, transport: str, ve
 
     from reasonrl.distributed.ppo_workers import PolicyWorker, WorkerConfig
     from reasonrl.distributed.vllm_engine import create_vllm_engines
+    from reasonrl.distributed.weight_sync import WeightSyncer
     from reasonrl.distributed.worker_group import WorkerGroup
 
     policy = WorkerGroup(PolicyWorker, world_size=2, name=f"policy[{name}]")
@@ -23,11 +24,18 @@ def bench(name: str, path: str, bucket_mb: int, repeats: int, transport: str, ve
     (engine,) = create_vllm_engines(1, path, dtype="float32", max_model_len=512)
     ray.get(engine.ready.remote())
     probe = list(range(10, 42))
+    syncer = WeightSyncer(
+        policy,
+        [engine],
+        bucket_bytes=bucket_mb * 1024**2,
+        tol=1e-4,
+        exact=True,
+        transport=transport,
+        verify_with=verify_with,
+    )
     try:
         for i in range(repeats):
-            report = policy.call(
-                "sync_weights", [engine], bucket_mb * 1024**2, probe, 1e-4, transport=transport, verify_with=verify_with
-            )[0]
+            report = syncer.run(probe)
             print(
                 f"{name:8s} {transport:12s} {verify_with:15s} sync {i}: "
                 f"{report.num_bytes / 1024**2:7.1f} MiB in {report.num_buckets:3d} buckets "

@@ -191,7 +191,7 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
     from reasonrl.distributed.platform import DEVICE_ENV_VAR
     from reasonrl.distributed.ppo_workers import PolicyLossConfig, PolicyWorker, WorkerConfig
     from reasonrl.distributed.vllm_engine import SamplingConfig, create_vllm_engines
-    from reasonrl.distributed.weight_sync import DifferentialProbe, WeightSyncError
+    from reasonrl.distributed.weight_sync import DifferentialProbe, WeightSyncer, WeightSyncError, resolve_verify_source
     from reasonrl.distributed.worker_group import WorkerGroup
     from reasonrl.experience import Experience
     from reasonrl.models import pad_batch
@@ -236,7 +236,16 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
         g = torch.Generator().manual_seed(seed)
         probe = torch.randint(3, 2048, (48,), generator=g).tolist()
         prompts = [torch.randint(3, 2048, (8,), generator=g).tolist() for _ in range(4)]
-        sync = ("sync_weights", [engine], SYNC_BUCKET_MB * 2**20, probe, 0.1)
+        syncer = WeightSyncer(  # the GPU default: the object store under colocation, the training model's probe
+            policy,
+            [engine],
+            bucket_bytes=SYNC_BUCKET_MB * 2**20,
+            tol=0.1,
+            exact=False,
+            transport="object_store",
+            verify_with=resolve_verify_source("auto", "gpu" if on_gpu else "cpu"),
+            device="gpu" if on_gpu else "cpu",
+        )
 
         def trainer_lps() -> list[float]:
             return policy.call("compute_logprobs", [(probe[:1], probe[1:])])[0][0][0].tolist()
@@ -248,7 +257,7 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
             diff = max(abs(a - b) for a, b in zip(engine_lps(), trainer_lps(), strict=True))
             if not diff < AGREEMENT_BOUND:
                 raise AssertionError(f"max |vLLM - DeepSpeed| = {diff:.3g} nats >= {AGREEMENT_BOUND}")
-            policy.call(*sync)  # calibrates the differential check on identical weights
+            syncer.run(probe)  # calibrates the differential check on identical weights
             return f"max |vLLM - DeepSpeed| bf16 log-prob on a {len(probe)}-token probe = {diff:.3g} nats"
 
         def grpo_step(i: int) -> float:
@@ -262,7 +271,7 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
             adv = ((reward - reward.mean(1, keepdim=True)) / (reward.std(1, keepdim=True) + 1e-6)).flatten()
             exp = Experience(samples, mask, old_logprobs=old, advantages=adv[:, None].expand_as(old) * mask)
             policy.call_sharded("update", exp.shard(1), PolicyLossConfig(), *exp.num_tokens_and_seqs())
-            return policy.call(*sync)[0].probe_max_abs_diff
+            return syncer.run(probe).probe_max_abs_diff
 
         def grpo_steps() -> str:
             policy.call("device_memory", reset_peak=True)

@@ -305,34 +305,33 @@ class PolicyWorker(_ModelWorker):
         return out | extra
 
     # ---------------------------------------------------------------- weights for vLLM
-    def param_sizes(self) -> list[tuple[str, int]]:
-        """(name, full size in bytes) of every parameter, in order (for bucket planning)."""
-        return ds.full_param_sizes(self.engine.module)
+    # The worker's part of the weight sync; ``weight_sync.WeightSyncer`` (the driver) runs the protocol.
+    def _bucket_sender(self):
+        from reasonrl.distributed.weight_sync import BucketSender
 
-    def sync_weights(
-        self,
-        engines: list,
-        bucket_bytes: int,
-        probe_ids: Sequence[int] | None,
-        tol: float,
-        transport: str = "object_store",
-        verify_with: str = "auto",
-    ):
-        """Send the current weights to every vLLM engine and verify them (``weight_sync.PolicyWeightSync``).
-        Collective over the policy group. Returns a ``SyncReport`` on rank 0 and None elsewhere."""
-        from reasonrl.distributed.weight_sync import PolicyWeightSync
+        if getattr(self, "_sender", None) is None:
+            self._sender = BucketSender(self.engine.module, self.rank, dist_backend())
+        return self._sender
 
-        if getattr(self, "_weight_sync", None) is None:
-            self._weight_sync = PolicyWeightSync(
-                self.engine.module, self.rank, dist_backend(), exact=not self.config.bf16
-            )
+    def sync_layout(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """``(name, full shape, dtype)`` of every parameter, in order (the driver plans buckets from it)."""
+        return self._bucket_sender().layout()
 
-        def trainer_logprobs(ids: Sequence[int]) -> list[float]:
-            return self.compute_logprobs([(list(ids[:1]), list(ids[1:]))])[0][0].tolist()
+    def join_weight_group(self, address: str, port: int, world_size: int, timeout_s: float = 600) -> None:
+        """Rank 0: join the weight-broadcast group with the engines' workers, as its root."""
+        self._bucket_sender().join(address, port, world_size, timeout_s)
 
-        return self._weight_sync.run(
-            engines, bucket_bytes, probe_ids, tol, trainer_logprobs, transport=transport, verify_with=verify_with
-        )
+    def send_bucket(self, names: Sequence[str], transport: str, keep: bool, first: bool):
+        """Gather one bucket to rank 0, which sends it (``BucketSender.send``). Collective."""
+        return self._bucket_sender().send(names, transport, keep, first)
+
+    def sent_probe_logprobs(self, probe_ids: Sequence[int]) -> list[float] | None:
+        """Rank 0: the probe's log-probs under the weights just sent (a host model; no collective)."""
+        return self._bucket_sender().sent_logprobs(probe_ids)
+
+    def probe_logprobs(self, probe_ids: Sequence[int]) -> list[float]:
+        """The training model's log-probs of ``probe_ids[1:]`` (collective: ZeRO-3 gathers every layer)."""
+        return self.compute_logprobs([(list(probe_ids[:1]), list(probe_ids[1:]))])[0][0].tolist()
 
     def full_state_dict(self):
         return ds.gather_full_state_dict(self.engine.module)

@@ -1,12 +1,13 @@
 """Policy -> vLLM weight sync: gather ZeRO-3 shards in layer-aligned buckets, send them to every engine, verify.
 
-:class:`PolicyWeightSync` runs the protocol (every policy rank calls it; collective over the policy group). Two
-transports carry the buckets from policy rank 0 to the engines:
+:class:`WeightSyncer` runs the protocol on the driver: it tells the policy ranks to gather and send each bucket
+(:class:`BucketSender`, through ``PolicyWorker``) and the engines to receive it; the policy ranks never call an
+engine. Two transports carry the buckets from policy rank 0 to the engines:
 
-* ``broadcast`` (:class:`BroadcastSender`): a process group of policy rank 0 and every engine worker
+* ``broadcast``: a process group of policy rank 0 and every engine worker
   (``sync_group``: gloo on CPU, NCCL on GPU), joined through vLLM's ``worker_extension_cls``; device to device,
   one broadcast per bucket and dtype. The transport for scale.
-* ``object_store`` (:class:`ObjectStoreSender`): one ``ray.put`` per bucket, read by every engine through
+* ``object_store``: one ``ray.put`` per bucket (its flat buffers), read by every engine through
   ``collective_rpc``. Works for every placement, including GPUs shared by an engine and policy rank 0 (NCCL
   cannot have two ranks on one device); the fallback.
 
@@ -229,218 +230,236 @@ def resolve_transport(transport: str, device: str, colocated: bool) -> str:
     return "object_store" if device == "gpu" and colocated else "broadcast"
 
 
-def resolve_verify_source(source: str, backend: str) -> str:
-    """``auto`` -> ``sent_weights`` over gloo (CPU: a forward of the ZeRO-3 training model gathers every layer
-    again, ~1-4 s for a 32-token probe of SmolLM2 on 2 CPU ranks), ``trainer_forward`` over NCCL (cheap there)."""
+def resolve_verify_source(source: str, device: str) -> str:
+    """``auto`` -> ``sent_weights`` on CPU (a forward of the ZeRO-3 training model over gloo gathers every layer
+    again, ~1-4 s for a 32-token probe of SmolLM2 on 2 CPU ranks), ``trainer_forward`` on GPU (cheap over NCCL)."""
     if source != "auto":
         if source not in VERIFY_SOURCES:
             raise ValueError(f"sync_verify_with must be 'auto' or one of {VERIFY_SOURCES}, got {source!r}")
         return source
-    return "sent_weights" if backend == "gloo" else "trainer_forward"
+    return "sent_weights" if device == "cpu" else "trainer_forward"
 
 
-class ObjectStoreSender:
-    """Each bucket goes into Ray's object store once (``ray.put`` of its flat buffers) and every engine loads it
-    (``VLLMEngine.load_packed``); at most one bucket per engine is in flight. Works for every placement."""
-
-    device = "cpu"
-
-    def __init__(self, engines: Sequence):
-        self.engines = list(engines)
-        self.pending: list = []
-
-    def send(self, named_tensors: list[tuple[str, Any]]) -> None:
-        import ray
-
-        layout, buffers = self.wire(named_tensors)
-        ref = ray.put(buffers)
-        ray.get(self.pending)
-        self.pending = [engine.load_packed.remote(layout, ref) for engine in self.engines]
-
-    @staticmethod
-    def wire(named_tensors: list[tuple[str, Any]]):
-        """``(layout, flat buffers)``: what goes into the object store. Never the tensors themselves: pickling a
-        view serialises its whole storage, so each view of a gathered bucket would carry the entire bucket."""
-        from reasonrl.distributed import sync_group
-
-        return sync_group.bucket_layout(named_tensors), sync_group.pack(named_tensors)
-
-    def finish(self) -> None:
-        import ray
-
-        ray.get(self.pending)
-        self.pending = []
-
-
-class BroadcastSender:
-    """Rank 0 of a process group with every worker of every engine (``sync_group``): per bucket, the engines are
-    told the layout (a Ray call, ``VLLMEngine.receive_weights``) and the tensors travel as one broadcast per dtype
-    (gloo on CPU, NCCL on GPU), device to device; the engines load a bucket while the next one is gathered.
-
-    The group lives as long as the engines do: :meth:`serves` says whether it was built for these engines.
+# ---------------------------------------------------------------------------------------------- policy ranks
+class BucketSender:
+    """The policy ranks' part of a sync (one per rank, called through ``PolicyWorker``): gather a bucket to rank 0,
+    which sends it over the chosen transport and keeps it for the probe. It never calls an engine: the driver
+    (:class:`WeightSyncer`) tells the engines what to receive.
     """
 
-    def __init__(self, engines: Sequence, backend: str, device: Any, timeout_s: float = 600):
-        import ray
+    def __init__(self, module, rank: int, backend: str):
+        self.module = module
+        self.rank = rank
+        self.backend = backend  # the policy group's: gloo (CPU) or nccl (GPU)
+        self.group = None  # the weight-broadcast group (rank 0 only)
+        self.sent: dict[str, Any] = {}  # rank 0: the tensors of this sync, for the sent_weights probe
 
-        from reasonrl.distributed import sync_group
-        from reasonrl.distributed.workers import free_port
+    def layout(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """``(name, full shape, dtype)`` of every parameter in ``named_parameters()`` order (ZeRO-3: the full
+        shape, not the partition's)."""
+        return [
+            (n, tuple(getattr(p, "ds_shape", p.shape)), str(p.dtype).removeprefix("torch."))
+            for n, p in self.module.named_parameters()
+        ]
 
-        self.engines = list(engines)
-        self.key = _engine_ids(engines)
-        self.device = device
-        workers = ray.get([engine.num_workers.remote() for engine in self.engines])
-        world_size = 1 + sum(workers)
-        address, port = ray.util.get_node_ip_address(), free_port()
-        joins, first_rank = [], 1
-        for engine, count in zip(self.engines, workers, strict=True):
-            joins.append(engine.join_weight_group.remote(address, port, first_rank, world_size, backend))
-            first_rank += count
-        self.group = sync_group.create_group(address, port, 0, world_size, backend, timeout_s)
-        ray.get(joins)
-        self.pending: list = []
-
-    def serves(self, engines: Sequence) -> bool:
-        return self.key == _engine_ids(engines)
-
-    def send(self, named_tensors: list[tuple[str, Any]]) -> None:
-        import ray
-
+    def join(self, address: str, port: int, world_size: int, timeout_s: float) -> None:
+        """Rank 0 joins the weight-broadcast group as its root (with every engine worker)."""
         from reasonrl.distributed import sync_group
 
-        layout = sync_group.bucket_layout(named_tensors)
-        buffers = sync_group.pack(named_tensors)
-        done, self.pending = ray.wait(self.pending, num_returns=len(self.pending), timeout=0)
-        ray.get(done)  # an engine that failed to load the previous bucket raises here, not at the end
-        self.pending += [engine.receive_weights.remote(layout) for engine in self.engines]
-        for buffer in buffers:
-            sync_group.broadcast(self.group, buffer)
+        self.group = sync_group.create_group(address, port, 0, world_size, self.backend, timeout_s)
 
-    def finish(self) -> None:
-        import ray
+    def send(self, names: Sequence[str], transport: str, keep: bool, first: bool) -> dict[str, Any] | None:
+        """Gather the bucket ``names`` to rank 0 (collective) and send it. Returns, on rank 0, ``gather_s``,
+        ``send_s`` and for the object store ``ref``: a one-element list holding the ``ObjectRef`` of the bucket's
+        flat buffers (in a list, so that Ray hands the driver the ref rather than the value). ``keep``: rank 0
+        keeps the tensors for :meth:`sent_logprobs`; ``first`` starts a new sync."""
+        from reasonrl.distributed import deepspeed_engine as ds
+        from reasonrl.distributed import sync_group
 
-        ray.get(self.pending)
-        self.pending = []
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+        if first:
+            self.sent = {}
+        on_device = transport == "broadcast" and self.backend == "nccl"  # NCCL broadcasts device to device
+        device = next(self.module.parameters()).device if on_device else "cpu"
+        tensors, gather_s = timed(ds.gather_params, self.module, list(names), device=device)
+        if self.rank != 0:
+            return None
+        named = list(tensors.items())
+        start = time.perf_counter()
+        ref = None
+        if transport == "broadcast":
+            if self.group is None:
+                raise RuntimeError("send_bucket(broadcast) before join_weight_group")
+            for buffer in sync_group.pack(named):
+                sync_group.broadcast(self.group, buffer)
+        else:
+            import ray
+
+            # the flat buffers, never the tensors: pickling a view serialises its whole storage, so each view of
+            # the gathered bucket would carry the entire bucket
+            ref = [ray.put(sync_group.pack(named))]
+        if keep:
+            self.sent |= {n: t.cpu() for n, t in named}
+        return {"gather_s": gather_s, "send_s": time.perf_counter() - start, "ref": ref}
+
+    def sent_logprobs(self, probe_ids: Sequence[int]) -> list[float] | None:
+        """Rank 0: the probe's log-probs under the weights this sync sent, from a host model assembled on those
+        tensors (no second gather); frees them. None on other ranks."""
+        from reasonrl.distributed import deepspeed_engine as ds
+        from reasonrl.models.host_copy import model_from_tensors, sequence_logprobs
+
+        if self.rank != 0:
+            return None
+        if not self.sent:
+            raise RuntimeError("sent_probe_logprobs: this sync kept no weights (send_bucket with keep=True first)")
+        buffers = {n: b.detach().cpu() for n, b in self.module.named_buffers()}  # never partitioned
+        with ds.no_zero3_init():
+            model = model_from_tensors(self.module.config, self.sent, buffers, attn_implementation="sdpa")
+        self.sent = {}
+        return sequence_logprobs(model, list(probe_ids))
 
 
-def _engine_ids(engines: Sequence) -> tuple:
-    return tuple(getattr(e, "_actor_id", id(e)) for e in engines)
+# ---------------------------------------------------------------------------------------------- the driver
+class WeightSyncer:
+    """The weight-sync protocol, run by the driver (the trainer): it orchestrates the policy ranks and the engines;
+    the policy ranks never call an engine. One per (policy group, engines); it keeps the bucket plan, the broadcast
+    group and the differential probe's calibration across syncs.
 
+    One :meth:`sync`::
 
-# ---------------------------------------------------------------------------------------------- the policy side
-class PolicyWeightSync:
-    """The policy side of the weight sync, one per policy rank; collective over the policy group.
+        for bucket in plan_buckets(param sizes):           # never splitting a decoder layer
+            broadcast:    engines: receive_weights(layout)  ||  policy ranks: gather to rank 0, rank 0 broadcasts
+            object_store: policy ranks: gather, rank 0 ray.put  ->  engines: load_packed(layout, ref)
+            (an engine loads bucket k while the policy gathers bucket k+1)
+        verify: every engine's probe log-probs vs the trainer's (sent_weights: rank 0's host model on the weights
+                it sent; trainer_forward: the training model's forward), DifferentialProbe -> WeightSyncError
 
-    Protocol of :meth:`run`::
-
-        for bucket in plan_buckets(param sizes):          # same plan on every rank, never splitting a layer
-            all ranks: gather the bucket's full tensors to rank 0      (deepspeed_engine.gather_params)
-            rank 0:    sender.send(bucket)                             (object store or broadcast)
-        rank 0: sender.finish()                                        (every engine loaded every bucket)
-        verify: trainer log-probs of the probe, from
-                  sent_weights:    a host model built on the tensors rank 0 just sent (no second gather), or
-                  trainer_forward: the training model's own forward (collective; ZeRO-3 gathers every layer again)
-                rank 0 compares them with every engine's prompt log-probs (DifferentialProbe; raises WeightSyncError)
-
-    ``sent_weights`` checks that every engine holds exactly the weights rank 0 sent, and their change; it does not
+    ``sent_weights`` proves every engine holds exactly what rank 0 sent, and moved as the weights moved; it does not
     re-check the gather, which is bit-tested against DeepSpeed's own all-gather. It keeps one full copy of the
     model in rank 0's host memory for the duration of the sync.
     """
 
-    def __init__(self, module, rank: int, backend: str, exact: bool):
-        self.module = module
-        self.rank = rank
-        self.backend = backend
-        self.exact = exact  # fp32: absolute check; bf16: differential (DifferentialProbe)
-        self.probe: DifferentialProbe | None = None
-        self.sender: ObjectStoreSender | BroadcastSender | None = None
-
-    def _sender(self, engines: Sequence, transport: str):
-        if transport == "object_store":
-            return ObjectStoreSender(engines)
-        if not (isinstance(self.sender, BroadcastSender) and self.sender.serves(engines)):
-            device = "cpu" if self.backend == "gloo" else _param_device(self.module)
-            self.sender = BroadcastSender(engines, self.backend, device)
-        return self.sender
-
-    def run(
+    def __init__(
         self,
+        policy,
         engines: Sequence,
-        bucket_bytes: int,
-        probe_ids: Sequence[int] | None,
-        tol: float,
-        trainer_logprobs: Callable[[Sequence[int]], list[float]],
         *,
-        transport: str = "object_store",
-        verify_with: str = "auto",
-    ) -> SyncReport | None:
-        """Send the weights to every engine and verify them. Returns the report on rank 0, None elsewhere.
-
-        ``trainer_logprobs(ids)``: the training model's log-probs of ``ids[1:]`` (collective; ``trainer_forward``).
-        """
-        from reasonrl.distributed import deepspeed_engine as ds
-
+        bucket_bytes: int,
+        tol: float,
+        exact: bool,
+        transport: str,
+        verify_with: str,
+        device: str = "cpu",
+        timeout_s: float = 600,
+    ):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
-        verify_with = resolve_verify_source(verify_with, self.backend)
-        keep_sent = probe_ids is not None and verify_with == "sent_weights"
-        sender = self._sender(engines, transport) if self.rank == 0 else None
-        buckets = plan_buckets(ds.full_param_sizes(self.module), bucket_bytes)
-        sent: dict[str, Any] = {}
-        gather_s = load_s = 0.0
-        num_tensors = num_bytes = 0
-        for names in buckets:
-            tensors, seconds = timed(ds.gather_params, self.module, names, device=sender.device if sender else "cpu")
-            gather_s += seconds
-            if sender is not None:
-                num_tensors += len(tensors)
-                num_bytes += sum(t.numel() * t.element_size() for t in tensors.values())
-                _, seconds = timed(sender.send, list(tensors.items()))
-                load_s += seconds
-                if keep_sent:
-                    sent |= {n: t.cpu() for n, t in tensors.items()}
-        if sender is not None:
-            _, seconds = timed(sender.finish)
-            load_s += seconds
+        if verify_with not in VERIFY_SOURCES:
+            raise ValueError(f"verify_with must be one of {VERIFY_SOURCES}, got {verify_with!r}")
+        self.policy, self.engines = policy, list(engines)
+        self.bucket_bytes, self.tol, self.exact = bucket_bytes, tol, exact
+        self.transport, self.verify_with = transport, verify_with
+        self.backend = "nccl" if device == "gpu" else "gloo"
+        self.timeout_s = timeout_s
+        self.probe: DifferentialProbe | None = None
+        self.buckets: list[list[str]] | None = None
+        self.layouts: list[list[tuple[str, tuple[int, ...], str]]] = []
+        self.joined = False
+
+    def run(self, probe_ids: Sequence[int] | None) -> SyncReport:
+        """:meth:`sync` from synchronous code (scripts, tests); not inside a running event loop."""
+        import asyncio
+
+        return asyncio.run(self.sync(probe_ids))
+
+    async def sync(self, probe_ids: Sequence[int] | None) -> SyncReport:
+        """Send the policy's current weights to every engine, then verify them (raises WeightSyncError)."""
+        await self._plan()
+        if self.transport == "broadcast" and not self.joined:
+            await self._join()
+        keep = probe_ids is not None and self.verify_with == "sent_weights"
+        start, gather_s, loads = time.perf_counter(), 0.0, []
+        for k, (names, layout) in enumerate(zip(self.buckets, self.layouts, strict=True)):
+            _raise_failed(loads)  # an engine that failed to load a bucket stops the sync here
+            if self.transport == "broadcast":
+                loads += [engine.receive_weights.remote(layout) for engine in self.engines]
+                sent = await _all(self.policy.call_async("send_bucket", names, "broadcast", keep, k == 0))
+            else:
+                sent = await _all(self.policy.call_async("send_bucket", names, "object_store", keep, k == 0))
+                await _all(loads)  # at most one bucket in flight per engine
+                loads = [engine.load_packed.remote(layout, sent[0]["ref"][0]) for engine in self.engines]
+            gather_s += sent[0]["gather_s"]
+        await _all(loads)
+        load_s = time.perf_counter() - start - gather_s
         verify_s, worst = 0.0, float("nan")
         if probe_ids is not None:
             start = time.perf_counter()
-            worst = self._verify(engines, list(probe_ids), tol, sent, keep_sent, trainer_logprobs)
+            worst = await self._verify(list(probe_ids))
             verify_s = time.perf_counter() - start
-        if self.rank != 0:
-            return None
-        return SyncReport(num_tensors, len(buckets), num_bytes, gather_s, load_s, verify_s, worst)
+        num_tensors = sum(len(layout) for layout in self.layouts)
+        num_bytes = sum(_numel(shape) * _itemsize(dtype) for layout in self.layouts for _, shape, dtype in layout)
+        return SyncReport(num_tensors, len(self.buckets), num_bytes, gather_s, load_s, verify_s, worst)
 
-    def _verify(self, engines, probe_ids, tol, sent, keep_sent, trainer_logprobs) -> float:
-        import ray
+    async def _plan(self) -> None:
+        if self.buckets is not None:
+            return
+        layout = await self.policy.actors[0].sync_layout.remote()
+        by_name = {name: (name, shape, dtype) for name, shape, dtype in layout}
+        sizes = [(name, _numel(shape) * _itemsize(dtype)) for name, shape, dtype in layout]
+        self.buckets = plan_buckets(sizes, self.bucket_bytes)
+        self.layouts = [[by_name[n] for n in names] for names in self.buckets]
 
+    async def _join(self) -> None:
+        """The broadcast group: policy rank 0 (root, on its node's address) and every worker of every engine."""
+        address, port = await self.policy.actors[0].master_address.remote()
+        workers = await _all([engine.num_workers.remote() for engine in self.engines])
+        world_size = 1 + sum(workers)
+        joins, first_rank = [], 1
+        for engine, count in zip(self.engines, workers, strict=True):
+            joins.append(engine.join_weight_group.remote(address, port, first_rank, world_size, self.backend))
+            first_rank += count
+        joins.append(self.policy.actors[0].join_weight_group.remote(address, port, world_size, self.timeout_s))
+        await _all(joins)
+        self.joined = True
+
+    async def _verify(self, probe_ids: list[int]) -> float:
         first = self.probe is None
-        if self.rank == 0:  # the engines score the probe while the trainer side is computed
-            engine_refs = [engine.prompt_logprobs.remote(probe_ids) for engine in engines]
-            repeat_refs = [engine.prompt_logprobs.remote(probe_ids) for engine in engines] if first else None
-        if keep_sent:
-            if self.rank != 0:
-                return float("nan")
-            trainer = self._sent_logprobs(sent, probe_ids)
-        else:
-            trainer = trainer_logprobs(probe_ids)  # collective: every rank
-            if self.rank != 0:
-                return float("nan")
+        engine_refs = [engine.prompt_logprobs.remote(probe_ids) for engine in self.engines]
+        repeat_refs = [engine.prompt_logprobs.remote(probe_ids) for engine in self.engines] if first else None
+        if self.verify_with == "sent_weights":  # rank 0 only; the engines score the probe meanwhile
+            trainer = await self.policy.actors[0].sent_probe_logprobs.remote(probe_ids)
+        else:  # collective: every rank
+            trainer = (await _all(self.policy.call_async("probe_logprobs", probe_ids)))[0]
         if self.probe is None:  # bf16: verify the change across each sync (kernel noise exceeds one step's move)
-            self.probe = DifferentialProbe(tol=tol, exact=self.exact)
-        repeat = ray.get(repeat_refs) if repeat_refs is not None else None
-        return self.probe.check(ray.get(engine_refs), trainer, engine_repeat=repeat)
-
-    def _sent_logprobs(self, sent: dict[str, Any], probe_ids: list[int]) -> list[float]:
-        """The probe's log-probs under the weights just sent: a host model assembled on those tensors."""
-        from reasonrl.distributed import deepspeed_engine as ds
-        from reasonrl.models.host_copy import model_from_tensors, sequence_logprobs
-
-        buffers = {n: b.detach().cpu() for n, b in self.module.named_buffers()}  # never partitioned
-        with ds.no_zero3_init():
-            model = model_from_tensors(self.module.config, sent, buffers, attn_implementation="sdpa")  # on the host
-        return sequence_logprobs(model, probe_ids)
+            self.probe = DifferentialProbe(tol=self.tol, exact=self.exact)
+        repeat = await _all(repeat_refs) if repeat_refs is not None else None
+        return self.probe.check(await _all(engine_refs), trainer, engine_repeat=repeat)
 
 
-def _param_device(module):
-    return next(module.parameters()).device
+async def _all(refs: Sequence) -> list:
+    import asyncio
+
+    return list(await asyncio.gather(*refs))
+
+
+def _raise_failed(refs: Sequence) -> None:
+    """Raise the error of any finished ref (an engine that failed to load); leaves the unfinished ones."""
+    import ray
+
+    if refs:
+        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        ray.get(done)
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _itemsize(dtype: str) -> int:
+    import torch
+
+    return torch.empty(0, dtype=getattr(torch, dtype)).element_size()

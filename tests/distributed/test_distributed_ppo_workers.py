@@ -21,6 +21,7 @@ from reasonrl.distributed.ppo_workers import (
     WorkerConfig,
 )
 from reasonrl.distributed.vllm_engine import SamplingConfig
+from reasonrl.distributed.weight_sync import WeightSyncer
 from reasonrl.distributed.worker_group import WorkerGroup, put_per_rank
 from reasonrl.experience import Experience, flatten_padded
 from reasonrl.models import load_critic, pad_batch, response_logprobs, response_values
@@ -182,10 +183,18 @@ def test_policy_update_then_weight_sync(ray_cluster, config, vllm_engine, tiny_t
         probe = samples[0][0] + samples[0][1]
         probe_before = torch.tensor(ray.get(vllm_engine.prompt_logprobs.remote(probe)))
         # the CPU defaults: broadcast over a gloo group with the engine, verified on the weights rank 0 sent
-        reports = policy.call("sync_weights", [vllm_engine], 256 * 1024, probe, 1e-4, transport="broadcast")
-        report = reports[0]
+        syncer = WeightSyncer(
+            policy,
+            [vllm_engine],
+            bucket_bytes=256 * 1024,
+            tol=1e-4,
+            exact=True,
+            transport="broadcast",
+            verify_with="sent_weights",
+        )
+        report = syncer.run(probe)
         print(f"weight sync: {report}")
-        assert reports[1] is None and report.num_buckets > 1 and report.probe_max_abs_diff < 1e-4
+        assert report.num_buckets > 1 and report.probe_max_abs_diff < 1e-4
         assert report.num_tensors == len(original)
         probe_after = torch.tensor(ray.get(vllm_engine.prompt_logprobs.remote(probe)))
         assert (probe_after - probe_before).abs().max() > 1e-3  # the engine's weights really changed
@@ -205,8 +214,16 @@ def test_policy_update_then_weight_sync(ray_cluster, config, vllm_engine, tiny_t
 
         # the other transport and verification source, after one more update
         metrics = policy.call_sharded("update", exp.shard(WORLD), PolicyLossConfig(), tokens, seqs)
-        sync = ("sync_weights", [vllm_engine], 256 * 1024, probe, 1e-4)
-        report = policy.call(*sync, transport="object_store", verify_with="trainer_forward")[0]
+        syncer = WeightSyncer(
+            policy,
+            [vllm_engine],
+            bucket_bytes=256 * 1024,
+            tol=1e-4,
+            exact=True,
+            transport="object_store",
+            verify_with="trainer_forward",
+        )
+        report = syncer.run(probe)
         assert report.probe_max_abs_diff < 1e-4
         trainer_probe = policy_logprobs(policy, [(probe[:1], probe[1:])])[0]
         engine_probe = torch.tensor(ray.get(vllm_engine.prompt_logprobs.remote(probe)))

@@ -75,7 +75,8 @@ def test_multiprocess_engine_generates_and_takes_a_bucketed_weight_sync(mp_engin
 def test_broadcast_transport_reaches_the_worker_process(mp_engine, tiny_model_dir, tiny_tokenizer):
     """The scale transport on the GPU engine layout: this process is rank 0 of a gloo group with the engine's worker
     process (joined through the worker extension); buckets go by broadcast, the worker reloads them in place."""
-    from reasonrl.distributed.weight_sync import BroadcastSender
+    from reasonrl.distributed import sync_group
+    from reasonrl.distributed.workers import free_port
 
     probe = tiny_tokenizer("Compute 40 + 2, step by step. The answer is").input_ids
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
@@ -85,12 +86,19 @@ def test_broadcast_transport_reaches_the_worker_process(mp_engine, tiny_model_di
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.02)
     state = {name: p.detach() for name, p in model.named_parameters()}
-    sender = BroadcastSender([mp_engine], backend="gloo", device="cpu", timeout_s=120)
-    assert sender.serves([mp_engine])
+
+    address, port = ray.util.get_node_ip_address(), free_port()
+    joined = mp_engine.join_weight_group.remote(address, port, 1, 2, "gloo")
+    group = sync_group.create_group(address, port, 0, 2, "gloo", timeout_s=120)
+    assert ray.get(joined) == 1
     buckets = plan_buckets(((n, t.numel() * t.element_size()) for n, t in state.items()), 64 * 1024)
+    loads = []
     for bucket in buckets:
-        sender.send([(n, state[n]) for n in bucket])
-    sender.finish()
+        named = [(n, state[n]) for n in bucket]
+        loads.append(mp_engine.receive_weights.remote(sync_group.bucket_layout(named)))
+        for buffer in sync_group.pack(named):
+            sync_group.broadcast(group, buffer)
+    assert sum(ray.get(loads)) == len(state)
 
     after = torch.tensor(ray.get(mp_engine.prompt_logprobs.remote(probe)))
     err, moved = (after - hf_prompt_logprobs(model, probe)).abs().max(), (after - before).abs().max()

@@ -111,6 +111,7 @@ def test_bf16_sync_check_on_the_real_stack(bf16_engine, tiny_model_dir):
     import torch
 
     from reasonrl.distributed.ppo_workers import PolicyLossConfig, PolicyWorker, WorkerConfig
+    from reasonrl.distributed.weight_sync import WeightSyncer
     from reasonrl.distributed.worker_group import WorkerGroup
     from reasonrl.experience import Experience
     from reasonrl.models import pad_batch
@@ -135,10 +136,18 @@ def test_bf16_sync_check_on_the_real_stack(bf16_engine, tiny_model_dir):
         def engine_lps():
             return ray.get(bf16_engine.prompt_logprobs.remote(probe))
 
-        sync = ("sync_weights", [bf16_engine], 256 * 1024, probe, 0.1)
-        step0 = policy.call(*sync)[0].probe_max_abs_diff  # calibrates (bf16 kernel disagreement, identical weights)
+        syncer = WeightSyncer(
+            policy,
+            [bf16_engine],
+            bucket_bytes=256 * 1024,
+            tol=0.1,
+            exact=False,
+            transport="broadcast",
+            verify_with="sent_weights",
+        )
+        step0 = syncer.run(probe).probe_max_abs_diff  # calibrates (bf16 kernel disagreement, identical weights)
         step()
-        correct = policy.call(*sync)[0].probe_max_abs_diff  # (a) passes
+        correct = syncer.run(probe).probe_max_abs_diff  # (a) passes
         engine_1, trainer_1 = engine_lps(), trainer_lps()
         step()  # (b) ... and no sync
         trainer_2 = trainer_lps()
