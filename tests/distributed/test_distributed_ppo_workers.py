@@ -156,6 +156,12 @@ def test_reward_model_scores_match_plain_transformers(ray_cluster, config, tiny_
     assert torch.allclose(got, torch.stack(expected), atol=1e-5)
 
 
+def fp32_syncer(policy, engine, transport: str, verify_with: str) -> WeightSyncer:
+    """The driver's weight sync into one engine, 256 KiB buckets, fp32's absolute 1e-4 check."""
+    kwargs = dict(bucket_bytes=256 * 1024, tol=1e-4, exact=True, transport=transport, verify_with=verify_with)
+    return WeightSyncer(policy, [engine], **kwargs)
+
+
 def test_policy_update_then_weight_sync(ray_cluster, config, vllm_engine, tiny_tokenizer, tiny_model_dir):
     policy = group(PolicyWorker, config)
     original = load_file(tiny_model_dir / "model.safetensors")
@@ -183,16 +189,7 @@ def test_policy_update_then_weight_sync(ray_cluster, config, vllm_engine, tiny_t
         probe = samples[0][0] + samples[0][1]
         probe_before = torch.tensor(ray.get(vllm_engine.prompt_logprobs.remote(probe)))
         # the CPU defaults: broadcast over a gloo group with the engine, verified on the weights rank 0 sent
-        syncer = WeightSyncer(
-            policy,
-            [vllm_engine],
-            bucket_bytes=256 * 1024,
-            tol=1e-4,
-            exact=True,
-            transport="broadcast",
-            verify_with="sent_weights",
-        )
-        report = syncer.run(probe)
+        report = fp32_syncer(policy, vllm_engine, "broadcast", "sent_weights").run(probe)
         print(f"weight sync: {report}")
         assert report.num_buckets > 1 and report.probe_max_abs_diff < 1e-4
         assert report.num_tensors == len(original)
@@ -214,16 +211,7 @@ def test_policy_update_then_weight_sync(ray_cluster, config, vllm_engine, tiny_t
 
         # the other transport and verification source, after one more update
         metrics = policy.call_sharded("update", exp.shard(WORLD), PolicyLossConfig(), tokens, seqs)
-        syncer = WeightSyncer(
-            policy,
-            [vllm_engine],
-            bucket_bytes=256 * 1024,
-            tol=1e-4,
-            exact=True,
-            transport="object_store",
-            verify_with="trainer_forward",
-        )
-        report = syncer.run(probe)
+        report = fp32_syncer(policy, vllm_engine, "object_store", "trainer_forward").run(probe)
         assert report.probe_max_abs_diff < 1e-4
         trainer_probe = policy_logprobs(policy, [(probe[:1], probe[1:])])[0]
         engine_probe = torch.tensor(ray.get(vllm_engine.prompt_logprobs.remote(probe)))
