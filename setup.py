@@ -39,7 +39,10 @@ EXTRAS = {
     # --no-build-isolation` (README "CPU and GPU", Dockerfile). Optional: attention falls back to sdpa without it.
     "flash": ["flash-attn==2.8.3.post2"],
     "gym": ["reasoning-gym==0.1.25"],
-    "dev": ["pytest>=8", "pytest-timeout>=2.3", "ruff==0.17.5"],
+    # Weights & Biases for tracker=wandb/both (imported only when a run asks for it).
+    "wandb": ["wandb==0.31.0"],
+    # wandb: the tests run the W&B tracker in offline mode.
+    "dev": ["pytest>=8", "pytest-timeout>=2.3", "ruff==0.17.5", "wandb==0.31.0"],
 }
 
 setup(

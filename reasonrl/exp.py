@@ -137,13 +137,21 @@ class BasePPOExp:
     def _start(self, stack: contextlib.ExitStack, tokenizer, inputs: ExpInputs) -> None:
         import ray
 
+        from reasonrl.data.sampler import PromptSampler
         from reasonrl.distributed.placement import build_placement
         from reasonrl.distributed.ray_cluster import init_ray
         from reasonrl.trainer import PPOTrainer
         from reasonrl.utils.checkpoint import CheckpointManager
-        from reasonrl.utils.tracking import Tracker
+        from reasonrl.utils.worker_logs import exported_log_file
 
         cfg = self.cfg
+        num_steps = PromptSampler(inputs.train_rows, cfg.rollout_batch_size, cfg.seed, cfg.num_episodes).total_steps
+        num_steps = min(num_steps, cfg.max_steps or num_steps)
+        resume_from = self.resume_checkpoint()  # resolved and checked before Ray started
+        # The tracker opens before Ray: its train.log also gets the workers' warnings and errors (the local Ray
+        # instance and its workers inherit REASONRL_LOG_FILE: reasonrl.utils.worker_logs).
+        tracker = self._start_tracker(stack, num_steps, resume_from)
+        stack.enter_context(exported_log_file(tracker.run_dir / "train.log"))
         started_ray = not ray.is_initialized()
         init_ray(cfg.ray_address, device=cfg.device)
         if started_ray:  # stops the local instance, or disconnects from the cluster
@@ -158,14 +166,9 @@ class BasePPOExp:
             cpus_per_bundle=cfg.cpus_per_bundle,
         )
         stack.callback(_logged, plan.remove)
-        from reasonrl.data.sampler import PromptSampler
-
-        num_steps = PromptSampler(inputs.train_rows, cfg.rollout_batch_size, cfg.seed, cfg.num_episodes).total_steps
-        num_steps = min(num_steps, cfg.max_steps or num_steps)
         reward_pad_id, reward_encoder = self._reward_model_inputs(tokenizer)
         roles = self._start_roles(stack, plan, num_steps, tokenizer.pad_token_id, reward_pad_id)
         checkpoints = CheckpointManager(Path(cfg.ckpt_dir) / cfg.exp_name, keep_last=cfg.keep_last_ckpts)
-        resume_from = self.resume_checkpoint()  # resolved and checked before Ray started
         self.trainer = PPOTrainer(
             cfg,
             roles,
@@ -174,11 +177,18 @@ class BasePPOExp:
             train_rows=inputs.train_rows,
             eval_sets=inputs.eval_sets,
             scorer=inputs.scorer,  # built and checked before Ray started; closed by run()'s exit stack
-            tracker=None,
+            tracker=tracker,
             checkpoints=checkpoints,
             reward_model_encoder=reward_encoder,
         )
         self.resume_from = resume_from
+
+    def _start_tracker(self, stack: contextlib.ExitStack, num_steps: int, resume_from: Path | None):
+        """The run's :class:`reasonrl.utils.tracking.Tracker` (TensorBoard and/or W&B per ``cfg.tracker``, the
+        config logged once), closed by ``stack``; a resumed run logs from the step after its checkpoint."""
+        from reasonrl.utils.tracking import Tracker
+
+        cfg = self.cfg
         start_step = 0
         if resume_from is not None:
             from reasonrl.utils.checkpoint import load_trainer_state
@@ -187,13 +197,17 @@ class BasePPOExp:
         tracker = Tracker(
             Path(cfg.log_dir),
             cfg.exp_name,
-            progress_total=self.trainer.total_steps,
+            progress_total=num_steps,
             progress_bar=cfg.progress_bar,
             start_step=start_step,
+            tracker=cfg.tracker,
+            wandb_project=cfg.wandb_project,
+            wandb_run_name=cfg.wandb_run_name,
+            run_config=cfg.to_dict(),
         )
         stack.callback(_logged, tracker.close)  # also writes summary.png / summary.html of the curves
         tracker.log_table_at_start(cfg.table())
-        self.trainer.tracker = tracker
+        return tracker
 
     def resume_checkpoint(self) -> Path | None:
         """The checkpoint this run continues (``cfg.resume``), or None for a fresh start; resolved once, before Ray
@@ -251,7 +265,6 @@ class BasePPOExp:
 
         from reasonrl.distributed.phases import SLEEP_LEVEL
         from reasonrl.distributed.ppo_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
-        from reasonrl.distributed.vllm_engine import create_vllm_engines
         from reasonrl.distributed.worker_group import WorkerGroup
         from reasonrl.trainer import Roles
 
@@ -271,18 +284,7 @@ class BasePPOExp:
                     attn_implementation=cfg.resolved_attn_implementation(plan.device),  # the workers' device
                 )
                 setups.append((groups[role], worker_cfg))
-        engines = create_vllm_engines(
-            cfg.vllm_num_engines,
-            cfg.resolve_model_path(cfg.pretrain),
-            placement=plan["vllm"],
-            dtype="bfloat16" if cfg.bf16 else "float32",
-            max_model_len=cfg.resolved_vllm_max_model_len,
-            tensor_parallel_size=cfg.vllm_tensor_parallel_size,
-            gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-            enable_sleep_mode=cfg.vllm_enable_sleep,
-            seed=cfg.seed,
-        )
-        stack.callback(_logged, lambda: _shutdown_engines(engines))
+        engines = start_vllm_engines(cfg, plan["vllm"], stack)
         ready = [e.ready.remote() for e in engines]
         # colocate_all on GPUs: vLLM refuses to start unless gpu_memory_utilization x device is free, so engines
         # start and fall asleep before any DeepSpeed setup fills the devices. On CPU (no such check, sleep is a
@@ -338,6 +340,26 @@ def run_recipe(
     except KeyboardInterrupt:  # a second signal: stopped where it was, cleanups done
         print("reasonrl: stopped at once by a second signal; no checkpoint written on the way out", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+def start_vllm_engines(cfg: BasePPOExpConfig, placement, stack: contextlib.ExitStack) -> list:
+    """The config's vLLM engines on ``placement`` (the ``vllm`` role of a placement plan), loaded from
+    ``cfg.pretrain``; their shutdown is registered on ``stack``. Used by training and by ``reasonrl.eval``."""
+    from reasonrl.distributed.vllm_engine import create_vllm_engines
+
+    engines = create_vllm_engines(
+        cfg.vllm_num_engines,
+        cfg.resolve_model_path(cfg.pretrain),
+        placement=placement,
+        dtype="bfloat16" if cfg.bf16 else "float32",
+        max_model_len=cfg.resolved_vllm_max_model_len,
+        tensor_parallel_size=cfg.vllm_tensor_parallel_size,
+        gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        enable_sleep_mode=cfg.vllm_enable_sleep,
+        seed=cfg.seed,
+    )
+    stack.callback(_logged, lambda: _shutdown_engines(engines))
+    return engines
 
 
 # ---------------------------------------------------------------------- cleanup

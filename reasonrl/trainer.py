@@ -28,7 +28,7 @@ from loguru import logger
 from reasonrl import algos
 from reasonrl.data.sampler import PromptSampler
 from reasonrl.distributed.phases import Phase, PhaseMachine
-from reasonrl.distributed.weight_sync import resolve_transport
+from reasonrl.distributed.weight_sync import WeightSyncer, resolve_transport, resolve_verify_source
 from reasonrl.distributed.worker_group import put_per_rank
 from reasonrl.experience import Experience, rank_mini_batches, stitch_rank_outputs
 from reasonrl.learning_signal import NoSignalMonitor, no_signal_reason, step_advantages
@@ -90,6 +90,7 @@ class PPOTrainer(RolloutMixin):
             else None
         )
         self.probe_ids: list[int] | None = None
+        self._weight_syncer: WeightSyncer | None = None
         # colocate_all: what is resident on the shared devices (a no-op machine under split placement)
         groups = {"policy": roles.policy, "critic": roles.critic, "ref": roles.ref, "reward_model": roles.reward_model}
         self.phases = PhaseMachine(
@@ -103,13 +104,16 @@ class PPOTrainer(RolloutMixin):
     # ================================================================== the loop
     async def fit(self) -> dict[str, float]:
         cfg = self.cfg
+        self.tracker.set_phase("sync")  # the bar's postfix says what the step is doing (cheap: no-op without a bar)
         await self.sync_for_generation()  # engines start from the policy's (possibly resumed) weights
         if cfg.eval_before_training and self.global_step == 0 and self.eval_sets:
+            self.tracker.set_phase("eval")
             self.tracker.log_metrics(0, await self.evaluate())
         last: dict[str, float] = {}
         saved_at = evaluated_at = None
         while self.global_step < self.total_steps and not self.stop_requested():
             step_start = time.perf_counter()
+            self.tracker.set_phase("step")  # generate -> forward -> update -> sync
             sampler_state = self.sampler.state_dict()
             try:
                 metrics = await self.train_step()
@@ -123,6 +127,7 @@ class PPOTrainer(RolloutMixin):
             self.global_step += 1
             final = self.global_step == self.total_steps
             if self.eval_sets and (final or (cfg.eval_interval and self.global_step % cfg.eval_interval == 0)):
+                self.tracker.set_phase("eval")
                 metrics |= await self.timed_phase(metrics, "eval", self.evaluate())
                 evaluated_at = self.global_step
             metrics["time/step"] = time.perf_counter() - step_start
@@ -130,6 +135,7 @@ class PPOTrainer(RolloutMixin):
             if self.global_step % cfg.log_interval == 0 or final:
                 self.tracker.log_metrics(self.global_step, metrics)
             if self._should_save():
+                self.tracker.set_phase("checkpoint")
                 await self._timed_save()
                 saved_at = self.global_step
             self.tracker.advance(self.global_step, {"reward": metrics.get("reward/mean", float("nan"))})
@@ -137,13 +143,16 @@ class PPOTrainer(RolloutMixin):
         if self.stop_requested():
             await self.stop_now()
         if self.global_step > 0 and self.global_step != evaluated_at and self.eval_sets:
+            self.tracker.set_phase("eval")
             self.tracker.log_metrics(self.global_step, await self.evaluate())
         if (
             self.global_step > 0
             and self.global_step != saved_at
             and not self.checkpoints.path_for(self.global_step).exists()
         ):
+            self.tracker.set_phase("checkpoint")
             await self._timed_save()
+        self.tracker.set_phase(None)
         return last
 
     # ================================================================== stopping on a signal
@@ -182,6 +191,7 @@ class PPOTrainer(RolloutMixin):
         return (interval and self.global_step % interval == 0) or self.global_step == self.total_steps
 
     async def timed_phase(self, metrics: dict, name: str, awaitable):
+        self.tracker.set_phase(name)  # the progress bar shows what the step is doing
         start = time.perf_counter()
         result = await awaitable
         metrics[f"time/{name}"] = time.perf_counter() - start
@@ -192,6 +202,7 @@ class PPOTrainer(RolloutMixin):
         rows = self.sampler.next_batch()
         if rows is None:
             return None
+        self.tracker.set_phase("generate")
         batch = await self.rollout(rows, m)
         self.check_stop("generation")
         if not batch.completions:
@@ -364,35 +375,39 @@ class PPOTrainer(RolloutMixin):
             out["entropy/coef"] = self.entropy_ctl.effective_coef
         return out
 
-    def sync_transport(self) -> str:
-        """``cfg.sync_transport`` resolved for the cluster's devices (``weight_sync.resolve_transport``)."""
-        import ray
+    def weight_syncer(self) -> WeightSyncer:
+        """The weight-sync protocol for this run's policy and engines (built once: it keeps the bucket plan, the
+        broadcast group and the probe's calibration). ``auto`` choices are resolved for the cluster's devices."""
+        if self._weight_syncer is None:
+            import ray
 
-        device = self.cfg.resolved_device(ray.cluster_resources())
-        return resolve_transport(self.cfg.sync_transport, device, colocated=self.cfg.colocate_all)
+            cfg = self.cfg
+            device = cfg.resolved_device(ray.cluster_resources())
+            self._weight_syncer = WeightSyncer(
+                self.roles.policy,
+                self.roles.engines,
+                bucket_bytes=cfg.sync_bucket_mb * 1024**2,
+                tol=cfg.resolved_sync_verify_tolerance,
+                exact=not cfg.bf16,
+                transport=resolve_transport(cfg.sync_transport, device, colocated=cfg.colocate_all),
+                verify_with=resolve_verify_source(cfg.sync_verify_with, device),
+                device=device,
+            )
+        return self._weight_syncer
 
     async def sync_weights(self) -> dict[str, float]:
         """Policy -> every engine, verified on a fixed probe (raises WeightSyncError on a mismatch)."""
-        cfg = self.cfg
         if self.probe_ids is None:  # a fixed real prompt: the trainer and every engine must score it identically
             self.probe_ids = self.encode([self.sampler.rows[0]])[0][:64]
-        refs = self.roles.policy.call_async(
-            "sync_weights",
-            self.roles.engines,
-            cfg.sync_bucket_mb * 1024**2,
-            self.probe_ids,
-            cfg.resolved_sync_verify_tolerance,
-            transport=self.sync_transport(),
-            verify_with=cfg.sync_verify_with,
-        )
-        report = (await _gather_refs(refs))[0]
+        report = await self.weight_syncer().sync(self.probe_ids)
         self.phases.synced()
         return report.as_metrics()
 
     # ================================================================== evaluation
     async def evaluate(self) -> dict[str, float]:
-        """avg@k and pass@k on every eval set (k = eval_n_samples at eval_temperature); dumps the generations."""
-        from reasonrl.eval_metrics import summarize_eval
+        """avg@k, pass@k and maj@k on every eval set (k = eval_n_samples at eval_temperature; maj@k only when the
+        scorer extracts answers: ``reasonrl.eval_metrics.vote_keys``); dumps the generations."""
+        from reasonrl.eval_metrics import summarize_eval, vote_keys
 
         cfg, out = self.cfg, {}
         for name, rows in self.eval_sets.items():
@@ -401,9 +416,13 @@ class PPOTrainer(RolloutMixin):
             completions = await self.generate(rows, n=cfg.eval_n_samples, temperature=cfg.eval_temperature, seed=seed)
             results = await self.score(completions, [rows[c.prompt_index] for c in completions])
             per_prompt: list[list[bool]] = [[] for _ in rows]
-            for c, r in zip(completions, results, strict=True):
+            keys = vote_keys(results)  # None: the scorer extracts no answers (no maj@k)
+            per_prompt_keys: list[list[str | None]] | None = None if keys is None else [[] for _ in rows]
+            for i, (c, r) in enumerate(zip(completions, results, strict=True)):
                 per_prompt[c.prompt_index].append(bool(r.correct))
-            summary = summarize_eval(per_prompt, cfg.eval_n_samples)
+                if per_prompt_keys is not None:
+                    per_prompt_keys[c.prompt_index].append(keys[i])
+            summary = summarize_eval(per_prompt, cfg.eval_n_samples, per_prompt_keys)
             out |= {f"eval/{name}/{k}": float(v) for k, v in summary.items()}
             rows_per_sample = [rows[c.prompt_index] for c in completions]
             self.tracker.dump_generations(

@@ -265,7 +265,14 @@ class BasePPOExpConfig:
     )
     log_interval: int = _log(1, "write scalars every N steps")
     dump_generations: int = _log(8, "samples per step written to log_dir/exp_name/generations.jsonl; 0 = none")
-    progress_bar: bool = _log(True, "show a progress bar")
+    progress_bar: bool = _log(True, "show a progress bar (tqdm.auto: a widget in Jupyter, off when not a terminal)")
+    tracker: str = _log(
+        "tensorboard",
+        "where scalars go besides metrics.jsonl: tensorboard, wandb (Weights & Biases: pip install 'reasonrl[wandb]'; "
+        "WANDB_MODE=offline runs without network) or both",
+    )
+    wandb_project: str = _log("reasonrl", "W&B project of the run (tracker=wandb/both)")
+    wandb_run_name: str | None = _log(None, "W&B run name; None = exp_name")
     sync_verify_tolerance: float | None = _log(
         None,
         "weight-sync check on a probe sequence: max |logprob difference| between policy and vLLM (float32), or "

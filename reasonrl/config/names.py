@@ -29,6 +29,8 @@ ZERO_STAGES = (0, 1, 2, 3)
 # Mirrors of reasonrl.distributed.weight_sync.TRANSPORTS / VERIFY_SOURCES, plus "auto".
 SYNC_TRANSPORTS = ("auto", "broadcast", "object_store")
 SYNC_VERIFY_SOURCES = ("auto", "sent_weights", "trainer_forward")
+# Where scalars go besides metrics.jsonl (reasonrl.utils.tracking.TRACKERS mirrors it).
+TRACKERS = ("tensorboard", "wandb", "both")
 # The offline models of reasonrl.models and their context length (max_position_embeddings).
 # Mirror of reasonrl.models.named (tests/test_config.py asserts they agree).
 OFFLINE_MODELS = {"tiny": 2048, "tiny-demo": 256, "smollm2": 8192, "arith-sft": 256}

@@ -71,6 +71,9 @@ ALWAYS_ALLOWED = (
     "sync_verify_tolerance",
     "sync_transport",
     "sync_verify_with",
+    "tracker",
+    "wandb_project",
+    "wandb_run_name",
     "verify_workers",
 )
 

@@ -5,6 +5,7 @@ DeepSpeed or vLLM."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import re
@@ -31,6 +32,7 @@ from reasonrl.config.names import (
     RESUME_MODES,
     SYNC_TRANSPORTS,
     SYNC_VERIFY_SOURCES,
+    TRACKERS,
     ZERO_STAGES,
 )
 from reasonrl.config.probes import _HOW_TO_PROVIDE_MODEL, _folder_problems, _model_problems, _reward_fn_problems
@@ -126,10 +128,15 @@ def _check_names(cfg: BasePPOExpConfig) -> list[str]:
         ("zero_stage", ZERO_STAGES),
         ("sync_transport", SYNC_TRANSPORTS),
         ("sync_verify_with", SYNC_VERIFY_SOURCES),
+        ("tracker", TRACKERS),
     ):
         value = getattr(cfg, name)
         if value not in valid:
             problems.append(f"{name}={value!r} is unknown; valid: {', '.join(map(str, valid))}{_close(value, valid)}")
+    if cfg.tracker in ("wandb", "both") and importlib.util.find_spec("wandb") is None:
+        problems.append(
+            f"tracker={cfg.tracker!r} needs the wandb package: pip install 'reasonrl[wandb]' (or tracker=tensorboard)"
+        )
     if cfg.device == "cpu" and cfg.attn_implementation == "flash_attention_2":
         problems.append("attn_implementation='flash_attention_2' needs a GPU: use attn_implementation=auto or sdpa")
     if cfg.attn_implementation == "flash_attention_2" and not cfg.bf16:

@@ -19,6 +19,8 @@ The CPU environment defaults come from measurements on the CPU stack (see the de
   of ~20 s, uses ~1.4 GB less memory, and lets raw tensors pass to ``collective_rpc`` (weight sync). GPU placements
   keep vLLM's default, the multiprocess engine.
 * ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``: lets ``collective_rpc`` carry our own callables in multiprocess mode.
+* ``VLLM_LOGGING_LEVEL=WARNING``: every engine prints the same page of start-up INFO lines; warnings and errors
+  still show. Export ``VLLM_LOGGING_LEVEL=INFO`` before the run to see them again.
 
 A value the user exported in this process wins (``setdefault`` semantics), except ``REASONRL_DEVICE`` (always the
 placement's) and values :func:`apply_runtime_env` itself set here (a CPU driver's own defaults never leak into a GPU
@@ -69,7 +71,9 @@ def dist_backend() -> str:
 
 def common_env_vars() -> dict[str, str]:
     """The device-independent part of :func:`runtime_env_vars` (safe for every process of a job)."""
-    return _user_wins({"VLLM_ALLOW_INSECURE_SERIALIZATION": "1", "TOKENIZERS_PARALLELISM": "false"})
+    return _user_wins(
+        {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1", "TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "WARNING"}
+    )
 
 
 def runtime_env_vars(on_gpu: bool | None = None) -> dict[str, str]:

@@ -23,6 +23,7 @@ from loguru import logger
 
 from reasonrl.distributed.platform import apply_runtime_env, placed_device
 from reasonrl.types import Completion
+from reasonrl.utils.worker_logs import install_worker_log_sink
 
 
 @dataclasses.dataclass
@@ -65,6 +66,7 @@ class VLLMEngine:
         extra_engine_kwargs: dict[str, Any] | None = None,
     ):
         apply_runtime_env()  # before vllm is imported: CPU KV-cache size, in-process engine on CPU, ...
+        install_worker_log_sink(type(self).__name__)  # WARNING+ lines into the run's train.log
         from vllm import LLM
 
         self.tensor_parallel_size = tensor_parallel_size

@@ -12,6 +12,7 @@ from typing import Any
 from loguru import logger
 
 from reasonrl.distributed import deepspeed_engine as ds
+from reasonrl.utils.worker_logs import install_worker_log_sink
 
 
 def free_port() -> int:
@@ -26,6 +27,7 @@ class DistributedWorker:
 
     def __init__(self, rank: int, world_size: int):
         self.rank, self.world_size = rank, world_size
+        install_worker_log_sink(f"{type(self).__name__} rank {rank}")  # WARNING+ lines into the run's train.log
         self.engine = None
         self._hf_ds_config = None
 

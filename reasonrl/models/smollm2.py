@@ -10,7 +10,10 @@ then dequantised: a real instruction-tuned model, slightly below the original bf
 from __future__ import annotations
 
 import importlib.util
+import time
 from pathlib import Path
+
+from loguru import logger
 
 from reasonrl.utils.paths import atomic_directory, cache_root
 
@@ -49,6 +52,8 @@ def convert_smollm2(path: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     src = gguf_dir()
+    logger.info(f"converting SmolLM2-135M-Instruct from its GGUF to {path} once (~15-30 s on CPU, cached)")
+    start = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=GGUF_FILE)
     gguf_model = AutoModelForCausalLM.from_pretrained(src, gguf_file=GGUF_FILE, dtype=torch.float32)
     config = gguf_model.config
@@ -64,6 +69,7 @@ def convert_smollm2(path: Path) -> Path:
         GenerationConfig(
             eos_token_id=eos_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id
         ).save_pretrained(tmp)
+    logger.info(f"SmolLM2-135M-Instruct converted in {time.perf_counter() - start:.0f} s")
     return Path(path)
 
 

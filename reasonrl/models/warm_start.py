@@ -81,9 +81,10 @@ def warm_start_path(cfg: SFTConfig | None = None, cache_dir: Path | None = None,
         return path
     from reasonrl.sft import train_sft
 
-    logger.info(f"building the SFT warm start {path} once (cached for later runs)")
+    logger.info(f"building the SFT warm start {path} once (cached for later runs; a progress bar shows in a terminal)")
+    start = time.perf_counter()
     build = path.with_name(f".{path.name}.build-{os.getpid()}-{time.time_ns()}")
-    overrides = {"output_dir": str(build), "overwrite": False, "progress_bar": False, "resume": "none"}
+    overrides = {"output_dir": str(build), "overwrite": False, "progress_bar": True, "resume": "none"}
     try:
         train_sft(dataclasses.replace(cfg, **overrides, **({"log_dir": log_dir} if log_dir else {})))
         try:
@@ -93,4 +94,5 @@ def warm_start_path(cfg: SFTConfig | None = None, cache_dir: Path | None = None,
                 raise  # not a lost race: a real error
     finally:
         shutil.rmtree(build, ignore_errors=True)
+    logger.info(f"SFT warm start {path.name} ready in {time.perf_counter() - start:.0f} s")
     return path

@@ -105,6 +105,7 @@ class SFTTrainer:
         """Train steps ``start_step + 1 .. total_steps`` (0: from the beginning; else after a resumed checkpoint).
         Returns (train losses of this session, eval loss before them, eval loss after, seconds)."""
         cfg = self.cfg
+        self.tracker.set_phase("eval")  # what the run is doing, next to the progress bar
         before = self.evaluate()
         if start_step == 0:
             self.tracker.log_metrics(0, {EVAL_KEY: before})
@@ -120,12 +121,15 @@ class SFTTrainer:
             m["time/step"] = time.perf_counter() - step_start
             m["perf/tokens_per_s_train_policy"] = global_tokens / m["time/step"]
             if cfg.eval_interval and step % cfg.eval_interval == 0 and step != self.total_steps:
+                self.tracker.set_phase("eval")
                 m[EVAL_KEY] = self.evaluate()
             if step % cfg.log_interval == 0 or EVAL_KEY in m or step == self.total_steps:
                 self.tracker.log_metrics(step, m)
             self.tracker.advance(step, {"loss": losses[-1]})
             if cfg.save_interval and step % cfg.save_interval == 0 and step != self.total_steps:
+                self.tracker.set_phase("checkpoint")
                 self.save_checkpoint(step)
+        self.tracker.set_phase("eval")
         after = self.evaluate()
         seconds = time.perf_counter() - start
         self.tracker.log_metrics(self.total_steps, {EVAL_KEY: after})
@@ -133,6 +137,7 @@ class SFTTrainer:
 
     def export(self, out_dir: Path) -> None:
         """Write the HF folder (weights from rank 0's gather, tokenizer from the driver)."""
+        self.tracker.set_phase("export")
         self.group.call("export_hf", str(out_dir))
         self.tokenizer.save_pretrained(out_dir)
 

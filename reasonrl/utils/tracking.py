@@ -1,4 +1,5 @@
-"""Run logging: TensorBoard scalars, ``metrics.jsonl``, generation dumps, a compact loguru line and a progress bar.
+"""Run logging: TensorBoard and/or W&B scalars, ``metrics.jsonl``, generation dumps, a compact loguru line and a
+progress bar.
 
 Layout of one run, ``<log_dir>/<exp_name>/`` (the TensorBoard event files sit directly in it, so
 ``tensorboard --logdir <log_dir>`` lists one run per experiment, named after it)::
@@ -8,7 +9,9 @@ Layout of one run, ``<log_dir>/<exp_name>/`` (the TensorBoard event files sit di
     metrics.jsonl.bak          the previous metrics.jsonl, kept when a (re)start dropped rows from it
     generations/step_<n>.jsonl sampled generations of step n, one JSON object per sample
     config.txt                 the text given to log_table_at_start() (e.g. the config table)
-    train.log                  every loguru message of this process while the tracker is open
+    train.log                  every loguru message of this process while the tracker is open, plus the WARNING+
+                               lines of Ray workers that installed reasonrl.utils.worker_logs' sink
+    wandb/, wandb_run_id       tracker=wandb/both: the W&B run folder and its id (reasonrl.utils.wandb_logger)
     summary.png, summary.html  curves of metrics.jsonl, written by close() (see reasonrl.utils.plots)
 
 Resume: a tracker built with ``start_step=s`` is the continuation of a run whose steps ``< s`` are kept. Rows with
@@ -136,6 +139,7 @@ SCALARS: tuple[Scalar, ...] = (
     # evaluation (on steps that evaluate), see reasonrl.eval_metrics
     Scalar("eval/<dataset>/avg@k", "mean accuracy over k samples per prompt, averaged over the dataset's prompts"),
     Scalar("eval/<dataset>/pass@k", "unbiased pass@k: chance that one of k samples is correct, averaged over prompts"),
+    Scalar("eval/<dataset>/maj@k", "majority answer of k samples is correct (math scorer), averaged over prompts"),
     Scalar("eval/<dataset>/num_prompts", "number of prompts evaluated"),
     # SFT runs (reasonrl.sft)
     Scalar("sft/loss", "token-mean NLL of the response tokens of the step's global batch"),
@@ -157,6 +161,7 @@ HEADLINE: tuple[tuple[str, str], ...] = (
     ("time/step", "step_s"),
 )
 
+TRACKERS = ("tensorboard", "wandb", "both")  # mirrored by reasonrl.config.names.TRACKERS
 METRICS_FILE = "metrics.jsonl"
 GENERATIONS_DIR = "generations"
 _RESERVED_KEYS = ("step", "time")
@@ -238,9 +243,15 @@ def metrics_by_step(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 class Tracker:
     """Logs one run (see the module docstring for the files). Use as a context manager or call :meth:`close`.
 
-    ``progress_total``: number of steps for the progress bar; ``progress_bar=True`` shows a tqdm bar on stderr when
-    stderr is a terminal (it stays off in log files and Ray job output). ``log_file`` adds a loguru sink
-    ``train.log`` for the lifetime of the tracker. ``summary_plot`` writes ``summary.png``/``summary.html`` on close.
+    ``progress_total``: number of steps for the progress bar; ``progress_bar=True`` shows a ``tqdm.auto`` bar: a
+    widget in Jupyter, on stderr when it is a terminal (it stays off in log files and Ray job output); the step's
+    current phase (:meth:`set_phase`) shows next to it. ``log_file`` adds a loguru sink ``train.log`` for the
+    lifetime of the tracker. ``summary_plot`` writes ``summary.png``/``summary.html`` on close.
+
+    ``tracker``: ``tensorboard`` (default), ``wandb`` or ``both``; ``metrics.jsonl`` is always written. W&B
+    (:mod:`reasonrl.utils.wandb_logger`) is imported only for ``wandb``/``both``: project ``wandb_project``, run
+    name ``wandb_run_name`` (default ``exp_name``), ``run_config`` logged once as the run's config.
+    ``enabled_tensorboard=False`` turns TensorBoard off whatever ``tracker`` says.
     """
 
     def __init__(
@@ -255,7 +266,13 @@ class Tracker:
         log_file: bool = True,
         summary_plot: bool = True,
         flush_secs: int = 10,
+        tracker: str = "tensorboard",
+        wandb_project: str = "reasonrl",
+        wandb_run_name: str | None = None,
+        run_config: dict[str, Any] | None = None,
     ):
+        if tracker not in TRACKERS:
+            raise ValueError(f"tracker={tracker!r} is unknown; valid: {', '.join(TRACKERS)}")
         if not exp_name or "/" in exp_name or exp_name in (".", ".."):
             raise ValueError(f"exp_name must be a plain directory name, got {exp_name!r}")
         self.run_dir = Path(log_dir).expanduser() / exp_name
@@ -273,21 +290,35 @@ class Tracker:
         self._closed = False
         self._logged_rows = 0
 
+        self.wandb = None  # started first: a W&B error (no login, not installed) leaves nothing open
+        if tracker in ("wandb", "both"):
+            from reasonrl.utils.wandb_logger import WandbLogger
+
+            self.wandb = WandbLogger(
+                self.run_dir,
+                exp_name,
+                project=wandb_project,
+                name=wandb_run_name,
+                config=to_jsonable(run_config or {}),
+                start_step=self.start_step,
+            )
+
         self._truncate_previous(self.start_step)
         self._metrics_file = open(self.metrics_path, "a", encoding="utf-8")  # closed in close()
 
         self._sink_id = logger.add(self.run_dir / "train.log", level="DEBUG", enqueue=False) if log_file else None
 
         self.writer = None
-        if enabled_tensorboard:
+        if enabled_tensorboard and tracker in ("tensorboard", "both"):
             from torch.utils.tensorboard import SummaryWriter
 
             # purge_step hides events with step >= start_step left by an earlier (crashed) session of this run
             self.writer = SummaryWriter(log_dir=str(self.run_dir), purge_step=self.start_step, flush_secs=flush_secs)
 
         self._bar = None
+        self._postfix: dict[str, str] = {}
         if progress_bar:
-            from tqdm import tqdm
+            from tqdm.auto import tqdm
 
             self._bar = tqdm(
                 total=progress_total,
@@ -364,6 +395,8 @@ class Tracker:
             for key, value in clean.items():
                 if value is not None:
                     self.writer.add_scalar(key, value, global_step=step)
+        if self.wandb is not None:
+            self.wandb.log(step, {k: v for k, v in clean.items() if v is not None})
         self.last_step = step if self.last_step is None else max(self.last_step, step)
         logger.info(format_metrics_line(step, clean))
 
@@ -394,8 +427,17 @@ class Tracker:
             return
         self._bar.n = int(step)
         if postfix:
-            self._bar.set_postfix({k: _short(v) for k, v in postfix.items()}, refresh=False)
+            self._postfix = {k: _short(v) for k, v in postfix.items() if k != "phase"}
+        self._bar.set_postfix(self._postfix, refresh=False)  # the step is done: no phase shown until the next one
         self._bar.refresh()
+
+    def set_phase(self, phase: str | None) -> None:
+        """Show what the current step is doing (``generate``, ``forward``, ``update``, ``sync``, ``eval``, ...) next
+        to the bar, with the last step's values; ``None`` clears it. A no-op without a bar (cheap to call)."""
+        if self._bar is None or self._closed:
+            return
+        shown = self._postfix if phase is None else {"phase": phase, **self._postfix}
+        self._bar.set_postfix(shown, refresh=True)
 
     def flush(self) -> None:
         if self._closed:
@@ -415,6 +457,11 @@ class Tracker:
             self.writer.close()
         if self._bar is not None:
             self._bar.close()
+        if self.wandb is not None:
+            try:
+                self.wandb.finish()
+            except Exception as exc:  # W&B must never fail the end of a run
+                logger.warning(f"wandb finish failed: {exc!r}")
         if self.nonfinite_counts:
             logger.warning(f"non-finite metric values this session: {dict(self.nonfinite_counts)}")
         if self.summary_plot and self._logged_rows:
