@@ -152,7 +152,8 @@ class _ModelWorker(DistributedWorker):
         held = getattr(self, "_step_data", None)
         if held is None or held[0] != step:
             raise RuntimeError(f"update_mini_batch: no data for step {step} (set_step_data first)")
-        return self.update(held[1].subset(indices), cfg, global_tokens, global_seqs)
+        # one conversion to a padded Experience; the micro-batches then only slice it
+        return self.update(held[1].subset(indices).to_experience(), cfg, global_tokens, global_seqs)
 
     def _train_ds_config(self, micro_batch_size: int = 1) -> dict[str, Any]:
         c = self.config

@@ -98,8 +98,8 @@ def empty_buffers(layout: BucketLayout, device: Any) -> list[torch.Tensor]:
     """Receive buffers matching :func:`pack` of a bucket with this layout."""
     buffers = []
     for dtype, indices in _dtype_groups(layout).items():
-        numel = sum(_numel(layout[i][1]) for i in indices)
-        buffers.append(torch.empty(numel, dtype=getattr(torch, dtype), device=device))
+        size = sum(numel(layout[i][1]) for i in indices)
+        buffers.append(torch.empty(size, dtype=getattr(torch, dtype), device=device))
     return buffers
 
 
@@ -110,9 +110,9 @@ def unpack(layout: BucketLayout, buffers: Sequence[torch.Tensor]) -> list[tuple[
         offset = 0
         for i in indices:
             name, shape, _ = layout[i]
-            numel = _numel(shape)
-            out[i] = (name, buffer[offset : offset + numel].view(shape))
-            offset += numel
+            size = numel(shape)
+            out[i] = (name, buffer[offset : offset + size].view(shape))
+            offset += size
         if offset != buffer.numel():
             raise ValueError(f"sync bucket buffer holds {buffer.numel()} elements, the layout {offset}")
     return out  # type: ignore[return-value]
@@ -133,7 +133,8 @@ def from_bytes(blob: bytes, dtype: str) -> torch.Tensor:
     return torch.frombuffer(bytearray(blob), dtype=torch.uint8).view(getattr(torch, dtype))
 
 
-def _numel(shape: Sequence[int]) -> int:
+def numel(shape: Sequence[int]) -> int:
+    """Elements of a tensor of this shape."""
     n = 1
     for d in shape:
         n *= int(d)

@@ -210,9 +210,6 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
         return len(layout)
 
-    def leave_weight_group(self) -> None:
-        self.llm.collective_rpc("reasonrl_leave_weight_group")
-
     # ---------------------------------------------------------------- memory
     def sleep(self, level: int = 1) -> bool:
         """Free device memory between rollouts. Returns False (logged no-op) where the platform lacks sleep mode."""
@@ -289,9 +286,6 @@ class WeightBroadcastReceiver:
             sync_group.broadcast(group, buffer)
         weights = sync_group.unpack(layout, buffers)
         self.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
-
-    def reasonrl_leave_weight_group(self) -> None:
-        self._reasonrl_weight_group = None
 
 
 def _tp_backend(on_gpu: bool) -> str:

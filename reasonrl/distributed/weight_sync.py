@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from reasonrl.distributed import sync_group
+
 _LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
 
 
@@ -264,7 +266,6 @@ class BucketSender:
 
     def join(self, address: str, port: int, world_size: int, timeout_s: float) -> None:
         """Rank 0 joins the weight-broadcast group as its root (with every engine worker)."""
-        from reasonrl.distributed import sync_group
 
         self.group = sync_group.create_group(address, port, 0, world_size, self.backend, timeout_s)
 
@@ -274,10 +275,7 @@ class BucketSender:
         flat buffers (in a list, so that Ray hands the driver the ref rather than the value). ``keep``: rank 0
         keeps the tensors for :meth:`sent_logprobs`; ``first`` starts a new sync."""
         from reasonrl.distributed import deepspeed_engine as ds
-        from reasonrl.distributed import sync_group
 
-        if transport not in TRANSPORTS:
-            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         if first:
             self.sent = {}
         on_device = transport == "broadcast" and self.backend == "nccl"  # NCCL broadcasts device to device
@@ -365,6 +363,7 @@ class WeightSyncer:
         self.probe: DifferentialProbe | None = None
         self.buckets: list[list[str]] | None = None
         self.layouts: list[list[tuple[str, tuple[int, ...], str]]] = []
+        self.num_tensors = self.num_bytes = 0
         self.joined = False
 
     def run(self, probe_ids: Sequence[int] | None) -> SyncReport:
@@ -397,17 +396,16 @@ class WeightSyncer:
             start = time.perf_counter()
             worst = await self._verify(list(probe_ids))
             verify_s = time.perf_counter() - start
-        num_tensors = sum(len(layout) for layout in self.layouts)
-        num_bytes = sum(_numel(shape) * _itemsize(dtype) for layout in self.layouts for _, shape, dtype in layout)
-        return SyncReport(num_tensors, len(self.buckets), num_bytes, gather_s, load_s, verify_s, worst)
+        return SyncReport(self.num_tensors, len(self.buckets), self.num_bytes, gather_s, load_s, verify_s, worst)
 
     async def _plan(self) -> None:
         if self.buckets is not None:
             return
         layout = await self.policy.actors[0].sync_layout.remote()
         by_name = {name: (name, shape, dtype) for name, shape, dtype in layout}
-        sizes = [(name, _numel(shape) * _itemsize(dtype)) for name, shape, dtype in layout]
+        sizes = [(name, sync_group.numel(shape) * _itemsize(dtype)) for name, shape, dtype in layout]
         self.buckets = plan_buckets(sizes, self.bucket_bytes)
+        self.num_tensors, self.num_bytes = len(sizes), sum(size for _, size in sizes)
         self.layouts = [[by_name[n] for n in names] for names in self.buckets]
 
     async def _join(self) -> None:
@@ -452,14 +450,7 @@ def _raise_failed(refs: Sequence) -> None:
         ray.get(done)
 
 
-def _numel(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
-
 def _itemsize(dtype: str) -> int:
     import torch
 
-    return torch.empty(0, dtype=getattr(torch, dtype)).element_size()
+    return getattr(torch, dtype).itemsize

@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 
 from loguru import logger
 
+from reasonrl.config.names import TRACKERS
 from reasonrl.utils.paths import move_aside
 
 
@@ -161,7 +162,6 @@ HEADLINE: tuple[tuple[str, str], ...] = (
     ("time/step", "step_s"),
 )
 
-TRACKERS = ("tensorboard", "wandb", "both")  # mirrored by reasonrl.config.names.TRACKERS
 METRICS_FILE = "metrics.jsonl"
 GENERATIONS_DIR = "generations"
 _RESERVED_KEYS = ("step", "time")
