@@ -96,14 +96,14 @@ def _has_holes(mask: torch.Tensor) -> bool:
     return bool((mask[:, 1:] & ~mask[:, :-1]).any())
 
 
-def _next_valid(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _next_valid(x: torch.Tensor, mask: torch.Tensor, holes: bool) -> torch.Tensor:
     """out[i, t] = x[i, k] for the first valid k > t, 0 when there is none. [batch, seq], a new tensor.
 
     ``x`` must be 0 at masked positions. The index of the next valid token is a reverse running minimum of
-    ``where(mask, t, seq)``.
+    ``where(mask, t, seq)``. ``holes``: :func:`_has_holes` of ``mask`` (computed once by the caller).
     """
     batch, seq = mask.shape
-    if not _has_holes(mask):  # valid tokens are one block: the next valid token is t + 1 (or a masked 0)
+    if not holes:  # valid tokens are one block: the next valid token is t + 1 (or a masked 0)
         return torch.nn.functional.pad(x[:, 1:], (0, 1))
     positions = torch.arange(seq, device=mask.device).expand(batch, seq)
     index = torch.where(mask, positions, seq)  # [batch, seq], seq = "none"
@@ -112,10 +112,10 @@ def _next_valid(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.pad(x, (0, 1)).gather(1, next_index)  # column seq holds the 0
 
 
-def _skip_masked_discounts(discount: float, mask: torch.Tensor) -> float | torch.Tensor:
+def _skip_masked_discounts(discount: float, mask: torch.Tensor, holes: bool) -> float | torch.Tensor:
     """Per-token discounts for ``discounted_reverse_cumsum`` that carry the sum through masked holes unchanged:
     d_t = discount at valid tokens, 1 at masked ones (a plain float when no hole can matter)."""
-    if discount == 1.0 or not _has_holes(mask):
+    if discount == 1.0 or not holes:
         return discount
     return torch.where(mask, torch.tensor(discount, dtype=torch.float32, device=mask.device), 1.0)
 
@@ -219,8 +219,9 @@ def gae_advantages(
     padding = ~mask
     values = values.masked_fill(padding, 0.0)  # padded values are never used
     # in-place steps on fresh [batch, seq] tensors: at this size the work is memory-bound
-    deltas = _next_valid(values, mask).mul_(gamma).add_(rewards).sub_(values).masked_fill_(padding, 0.0)
-    advantages = discounted_reverse_cumsum(deltas, _skip_masked_discounts(gamma * lam, mask))
+    holes = _has_holes(mask)
+    deltas = _next_valid(values, mask, holes).mul_(gamma).add_(rewards).sub_(values).masked_fill_(padding, 0.0)
+    advantages = discounted_reverse_cumsum(deltas, _skip_masked_discounts(gamma * lam, mask, holes))
     advantages = advantages.masked_fill_(padding, 0.0)
     returns = advantages + values  # 0 at masked positions: both terms are
     return advantages, returns
@@ -325,7 +326,7 @@ def _reward_to_go(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> to
     Vectorised like ``gae_advantages``: G = discounted_reverse_cumsum(r, d) with d_t = gamma at valid tokens, 1 at
     masked ones (``rewards`` is already 0 at masked positions).
     """
-    returns = discounted_reverse_cumsum(rewards, _skip_masked_discounts(gamma, mask))
+    returns = discounted_reverse_cumsum(rewards, _skip_masked_discounts(gamma, mask, _has_holes(mask)))
     return torch.where(mask, returns, torch.zeros_like(returns))
 
 
