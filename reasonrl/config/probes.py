@@ -1,83 +1,18 @@
-"""What the local machine has: model folders and their context length, the Hugging Face cache, reward_fn files or
-modules, usable experiment folders, and the number of visible GPUs. Standard library only (torch imported lazily to
-count GPUs, and only when a GPU driver is present)."""
+"""What the local machine has: model folders and their context length (:mod:`reasonrl.config.model_paths`,
+re-exported here under the names validation uses), reward_fn files or modules, usable experiment folders, and the
+number of visible GPUs. Standard library only (torch imported lazily to count GPUs, and only when a GPU driver is
+present)."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
+import sys
 from pathlib import Path
 
-from reasonrl.config.names import OFFLINE_MODELS
-
-_HOW_TO_PROVIDE_MODEL = (
-    "Provide the model as {field}=/path/to/hf_folder (a Hugging Face model folder with config.json; relative "
-    "paths start at the current directory), or {field}=tiny / tiny-demo / smollm2 / arith-sft for the offline models "
-    "of reasonrl.models.named; to use a Hub model, download it first on a machine with network, e.g. "
-    "`huggingface-cli download {repo} --local-dir models/{leaf}`, and set {field}=models/{leaf}"
-)
-
-
-def _model_problems(name: str, value: str) -> list[str]:
-    if value in OFFLINE_MODELS:
-        return []
-    path = Path(value).expanduser()
-    repo = value if re.fullmatch(r"[\w.-]+/[\w.-]+", value) else "Qwen/Qwen2.5-7B"
-    how = _HOW_TO_PROVIDE_MODEL.format(field=name, repo=repo, leaf=repo.split("/")[-1])
-    if path.is_dir():
-        if (path / "config.json").is_file():
-            return []
-        return [f"{name}={value!r} is a folder without config.json, so not a Hugging Face model folder. {how}"]
-    if path.exists():
-        return [f"{name}={value!r} is a file, not a model folder. {how}"]
-    if _hf_cache_snapshot(value) is not None:
-        return []
-    looks_like_hub_id = re.fullmatch(r"[\w.-]+/[\w.-]+", value) is not None and not value.startswith((".", "/"))
-    where = (
-        " (it looks like a Hugging Face Hub id, and it is not in the local HF cache)"
-        if looks_like_hub_id
-        else f" (no such folder; current directory: {os.getcwd()})"
-    )
-    return [f"{name}={value!r} does not exist{where}. {how}"]
-
-
-def _hf_cache_snapshot(repo_id: str) -> Path | None:
-    """The local snapshot folder of a Hub model id in the Hugging Face cache (``HF_HUB_CACHE``, ``HF_HOME/hub`` or
-    ``~/.cache/huggingface/hub``), if one with config.json exists; read at call time."""
-    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id or ""):
-        return None
-    env = os.environ
-    cache = env.get("HF_HUB_CACHE") or os.path.join(
-        env.get("HF_HOME", os.path.join(os.path.expanduser("~"), ".cache", "huggingface")), "hub"
-    )
-    repo = Path(cache) / f"models--{repo_id.replace('/', '--')}"
-    ref = repo / "refs" / "main"
-    candidates = []
-    if ref.is_file():
-        candidates.append(repo / "snapshots" / ref.read_text().strip())
-    if (repo / "snapshots").is_dir():
-        candidates += sorted((repo / "snapshots").iterdir())
-    return next((c for c in candidates if (c / "config.json").is_file()), None)
-
-
-def _model_max_positions(value: str) -> int | None:
-    """The model's context length from its config.json (stdlib JSON; None when unknown or unreadable)."""
-    if value in OFFLINE_MODELS:
-        return OFFLINE_MODELS[value]
-    path = Path(value).expanduser()
-    if not path.is_dir():
-        path = _hf_cache_snapshot(value) or path
-    try:
-        with open(path / "config.json") as f:
-            config = json.load(f)
-    except (OSError, ValueError):
-        return None
-    for section in (config, config.get("text_config") or {}):
-        for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-            if isinstance(section.get(key), int) and not isinstance(section.get(key), bool):
-                return section[key]
-    return None
+# Re-exported under the names validation (validate, consistency, reasonrl.sft.config) imports from here.
+from reasonrl.config.model_paths import HOW_TO_PROVIDE_MODEL as _HOW_TO_PROVIDE_MODEL  # noqa: F401
+from reasonrl.config.model_paths import model_max_positions as _model_max_positions  # noqa: F401
+from reasonrl.config.model_paths import model_problems as _model_problems  # noqa: F401
 
 
 def _reward_fn_problems(spec: str) -> list[str]:
@@ -155,7 +90,6 @@ def _local_gpu_count() -> int:
 
 def _gpu_count() -> int:
     """``reasonrl.config._local_gpu_count()``, looked up on the package at each call so that patching it there
-    (as tests do, to pretend a GPU count) reaches every caller."""
-    import reasonrl.config
-
-    return reasonrl.config._local_gpu_count()
+    (as tests do, to pretend a GPU count) reaches every caller. The package is read from ``sys.modules`` (it is
+    loaded before any of its modules), not imported: this module sits below the package's ``__init__``."""
+    return sys.modules[__package__]._local_gpu_count()

@@ -15,6 +15,23 @@ from reasonrl.config.probes import _gpu_count
 if TYPE_CHECKING:
     from reasonrl.config.base import BasePPOExpConfig
 
+# Logical CPUs Ray advertises on a CPU-only machine (roles x bundles need more slots than physical cores).
+CPU_OVERSUBSCRIBE_MIN = 8
+
+
+def starts_local_ray(address: str | None) -> bool:
+    """Whether ``init_ray(address)`` starts a new local Ray instance (no address and no ``RAY_ADDRESS``)."""
+    return not address and not os.environ.get("RAY_ADDRESS", "").strip()
+
+
+def local_num_cpus(device: str | None) -> int | None:
+    """``num_cpus`` of the local Ray instance ``init_ray`` starts for a run on ``device``: on CPU (``"cpu"``, or
+    ``"auto"``/None on a machine without a GPU) the machine's cores but at least :data:`CPU_OVERSUBSCRIBE_MIN`;
+    on GPU None (Ray counts the cores itself)."""
+    if device == "gpu" or (device != "cpu" and _gpu_count() > 0):
+        return None
+    return max(CPU_OVERSUBSCRIBE_MIN, os.cpu_count() or 1)
+
 
 def check_resources(
     cfg: BasePPOExpConfig,
@@ -27,7 +44,6 @@ def check_resources(
     without ``ray_address`` / ``RAY_ADDRESS`` (``structural_ok``: no other problem) whether the local Ray instance
     the run starts on this machine can."""
     from reasonrl.distributed.placement import PlacementError, check_feasible, plan_groups
-    from reasonrl.distributed.ray_cluster import starts_local_ray
 
     if cfg.device not in DEVICES:
         return []  # reported by _check_names
@@ -60,7 +76,6 @@ def _local_problems(cfg: BasePPOExpConfig, requests: list) -> list[str]:
     """The local Ray instance ``init_ray`` will start on this machine: enough GPUs (``torch.cuda.device_count()``,
     or 0 at once on a machine without a GPU driver) and logical CPUs (:func:`local_num_cpus`) for ``requests``."""
     from reasonrl.distributed.placement import PlacementError, check_feasible, plan_groups
-    from reasonrl.distributed.ray_cluster import CPU_OVERSUBSCRIBE_MIN, local_num_cpus
 
     count = 0 if cfg.device == "cpu" else _gpu_count()
     device = "cpu" if cfg.device == "cpu" or (cfg.device == "auto" and count == 0) else "gpu"

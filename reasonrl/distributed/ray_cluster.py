@@ -21,9 +21,8 @@ import sys
 from loguru import logger
 
 from reasonrl.config.errors import ConfigError
+from reasonrl.config.resources import local_num_cpus
 
-# Logical CPUs Ray advertises on a CPU-only machine (roles x bundles need more slots than physical cores).
-CPU_OVERSUBSCRIBE_MIN = 8
 # Seconds the address check may take (one gRPC call); a cluster head answers in milliseconds.
 ADDRESS_PROBE_TIMEOUT_S = 1.5
 # The GCS method the address check calls: any gRPC answer from it (even "unauthenticated", under Ray's token auth)
@@ -34,25 +33,6 @@ _HOW = (
     "host:port (6379 by default; not the dashboard's 8265), or set ray_address=none (and unset RAY_ADDRESS) to start "
     "a local Ray instance"
 )
-
-
-def starts_local_ray(address: str | None) -> bool:
-    """Whether ``init_ray(address)`` starts a new local Ray instance (no address and no ``RAY_ADDRESS``)."""
-    return not address and not os.environ.get("RAY_ADDRESS", "").strip()
-
-
-def local_num_cpus(device: str | None) -> int | None:
-    """``num_cpus`` of the local Ray instance ``init_ray`` starts for a run on ``device``: on CPU (``"cpu"``, or
-    ``"auto"``/None on a machine without CUDA) the machine's cores but at least :data:`CPU_OVERSUBSCRIBE_MIN`;
-    on GPU None (Ray counts the cores itself)."""
-    if device == "gpu":
-        return None
-    if device != "cpu":
-        from reasonrl.distributed.platform import has_cuda
-
-        if has_cuda():
-            return None
-    return max(CPU_OVERSUBSCRIBE_MIN, os.cpu_count() or 1)
 
 
 def ray_address_file() -> str:

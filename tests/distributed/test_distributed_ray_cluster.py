@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 import reasonrl.distributed.ray_cluster as rc
-from reasonrl.config import ConfigError
+from reasonrl.config import ConfigError, resources
 
 
 @pytest.fixture(autouse=True)
@@ -39,10 +39,10 @@ def _grpc_server(code: grpc.StatusCode | None):
 
 
 def test_no_address_starts_a_local_instance_unless_ray_address_is_set(monkeypatch):
-    assert rc.starts_local_ray(None) and rc.resolve_ray_address(None) == (None, "")
+    assert resources.starts_local_ray(None) and rc.resolve_ray_address(None) == (None, "")
     assert rc.check_ray_address(None) is None
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
-    assert not rc.starts_local_ray(None)
+    assert not resources.starts_local_ray(None)
     target, origin = rc.resolve_ray_address(None)
     assert target == "10.0.0.1:6379" and "ray_address=none" in origin and "RAY_ADDRESS" in origin
 
@@ -133,8 +133,8 @@ def test_a_silent_server_times_out_within_the_bound():
 
 
 def test_local_instance_size():
-    assert rc.local_num_cpus("cpu") == max(rc.CPU_OVERSUBSCRIBE_MIN, os.cpu_count() or 1)
-    assert rc.local_num_cpus("gpu") is None
+    assert resources.local_num_cpus("cpu") == max(resources.CPU_OVERSUBSCRIBE_MIN, os.cpu_count() or 1)
+    assert resources.local_num_cpus("gpu") is None
 
 
 def test_init_ray_refuses_before_ray_init_and_starts_local_explicitly(monkeypatch):
@@ -148,7 +148,7 @@ def test_init_ray_refuses_before_ray_init_and_starts_local_explicitly(monkeypatc
         rc.init_ray("127.0.0.1:1")
     assert calls == []  # ray.init never ran
     assert rc.init_ray(None, device="cpu") == {"CPU": 8.0}
-    assert calls[-1]["address"] == "local" and calls[-1]["num_cpus"] == rc.local_num_cpus("cpu")
+    assert calls[-1]["address"] == "local" and calls[-1]["num_cpus"] == resources.local_num_cpus("cpu")
 
     def refuse(**kwargs):
         raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379")

@@ -211,8 +211,8 @@ def test_one_policy_step_and_twelve_critic_steps_in_one_pass(name):
 
 
 @pytest.mark.parametrize("name", sorted(ORZ_TABLES))
-def test_workers_warm_up_for_fifty_of_their_own_optimizer_steps(name):
-    cfg = resolved(name)
+def test_workers_warm_up_for_fifty_of_their_own_optimizer_steps(name, tiny_model_dir):
+    cfg = resolved(name).with_overrides({"pretrain": str(tiny_model_dir)})  # a local model: worker configs resolve it
     policy = cfg.worker_config("policy", num_rollout_steps=100)
     assert (policy.lr, policy.warmup_steps, policy.total_steps) == (1e-6, 50, 100)
     assert (policy.weight_decay, policy.grad_clip, policy.lr_schedule) == (0.0, 1.0, "constant")

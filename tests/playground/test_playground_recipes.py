@@ -23,7 +23,7 @@ def test_recipe_validates_or_names_the_missing_model(name):
         cfg.validate()
         cfg.apply_debug_mode().validate()
     else:
-        with pytest.raises(ConfigError, match=r"pretrain=.*does not exist.*huggingface-cli download"):
+        with pytest.raises(ConfigError, match=r"pretrain=.*not in the local HF cache.*hf download"):
             cfg.validate()
 
 
@@ -60,6 +60,6 @@ def test_missing_model_fails_fast_from_the_command_line():
     )
     elapsed = time.perf_counter() - start
     assert proc.returncode != 0
-    assert "huggingface-cli download Qwen/Qwen2.5-7B" in proc.stderr
+    assert "hf download Qwen/Qwen2.5-7B" in proc.stderr
     assert "Started a local Ray instance" not in proc.stderr + proc.stdout
     print(f"qwen7b_ppo without its model failed in {elapsed:.1f}s")

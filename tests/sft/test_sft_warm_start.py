@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from reasonrl.models.named import offline_model_path
-from reasonrl.models.warm_start import ArithWarmStartConfig, warm_start_key, warm_start_path
+from reasonrl.config import OFFLINE_MODELS, offline_model_path, registered_offline_models
+from reasonrl.sft.warm_start import ArithWarmStartConfig, warm_start_key, warm_start_path
 
 
 def test_key_depends_on_what_changes_the_weights_only():
@@ -38,7 +38,7 @@ def test_key_follows_the_base_model_build_and_refuses_in_memory_data(monkeypatch
 
 
 def test_a_cached_folder_is_reused_without_training(tmp_path, monkeypatch):
-    import reasonrl.sft
+    import reasonrl.sft.trainer
 
     cfg = ArithWarmStartConfig()
     cached = tmp_path / warm_start_key(cfg)
@@ -48,7 +48,7 @@ def test_a_cached_folder_is_reused_without_training(tmp_path, monkeypatch):
     def no_training(*args, **kwargs):
         raise AssertionError("a cached warm start must not be trained again")
 
-    monkeypatch.setattr(reasonrl.sft, "train_sft", no_training)
+    monkeypatch.setattr(reasonrl.sft.trainer, "train_sft", no_training)
     assert warm_start_path(cfg, cache_dir=tmp_path) == cached
     with pytest.raises(AssertionError, match="must not be trained"):
         warm_start_path(dataclasses.replace(cfg, seed=5), cache_dir=tmp_path)  # another recipe: would train
@@ -64,6 +64,7 @@ def test_the_warm_start_recipe_is_a_valid_sft_config(tmp_path):
 
 
 def test_offline_names_resolve_and_unknown_names_are_refused(tiny_model_dir):
-    assert offline_model_path("tiny") == tiny_model_dir
+    assert offline_model_path("tiny") == tiny_model_dir  # registered by reasonrl.models.named (via warm_start)
+    assert set(registered_offline_models()) == set(OFFLINE_MODELS)  # arith-sft: registered by this module
     with pytest.raises(KeyError, match="unknown offline model 'tiny2'; available: tiny, tiny-demo"):
         offline_model_path("tiny2")

@@ -1,4 +1,6 @@
-"""``pretrain=arith-sft``: the SFT warm start of the CPU learning demo, trained on first use and cached.
+"""``pretrain=arith-sft``: the SFT warm start of the CPU learning demo, trained on first use and cached. Importing
+this module registers the ``arith-sft`` builder in :mod:`reasonrl.config.offline_models` (and, through
+``reasonrl.models.named``, ``tiny-demo``, its base); ``reasonrl.sft`` imports it.
 
 A small random Qwen2 (``tiny-demo``, ~5M parameters) is fine-tuned by :func:`reasonrl.sft.train_sft` on 2-digit
 addition (``arith_add2_train``: ``"47+85="`` -> ``"132"``) for a deliberately SHORT schedule, so that it stops at
@@ -25,6 +27,8 @@ from pathlib import Path
 
 from loguru import logger
 
+from reasonrl.config.offline_models import register_offline_model
+from reasonrl.models import named as _named  # noqa: F401  (registers tiny-demo, the base model of arith-sft)
 from reasonrl.sft.config import SFTConfig
 from reasonrl.utils.paths import cache_root
 
@@ -79,7 +83,7 @@ def warm_start_path(cfg: SFTConfig | None = None, cache_dir: Path | None = None,
     path = Path(cache_dir or cache_root() / "models") / warm_start_key(cfg)
     if (path / "model.safetensors").exists():
         return path
-    from reasonrl.sft import train_sft
+    from reasonrl.sft.trainer import train_sft
 
     logger.info(f"building the SFT warm start {path} once (cached for later runs; a progress bar shows in a terminal)")
     start = time.perf_counter()
@@ -96,3 +100,6 @@ def warm_start_path(cfg: SFTConfig | None = None, cache_dir: Path | None = None,
         shutil.rmtree(build, ignore_errors=True)
     logger.info(f"SFT warm start {path.name} ready in {time.perf_counter() - start:.0f} s")
     return path
+
+
+register_offline_model("arith-sft", warm_start_path)

@@ -1,0 +1,66 @@
+"""The registry of offline models: ``pretrain=<name>`` for models built, converted or trained on this machine.
+
+The config layer knows each name and its context length (validation needs both, and must stay light); the code that
+builds a model lives above it and registers a builder here when it is imported (dependencies point down)::
+
+    reasonrl.models.named     registers tiny, tiny-demo, smollm2
+    reasonrl.sft.warm_start   registers arith-sft (and imports reasonrl.models.named: tiny-demo is its base)
+
+Every runner imports them before it resolves a model: ``reasonrl.exp``, ``reasonrl.eval`` and any ``reasonrl.sft``
+import (its ``__init__`` imports ``warm_start``). Code that only builds a config and calls
+:func:`offline_model_path` itself imports ``reasonrl.sft`` (or ``reasonrl.models.named``) first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from reasonrl.config.errors import ConfigError
+
+# name -> context length (max_position_embeddings); tests/config/test_offline_models.py checks them against the
+# built models.
+OFFLINE_MODELS = {"tiny": 2048, "tiny-demo": 256, "smollm2": 8192, "arith-sft": 256}
+
+# name -> the module that registers its builder (for the message when it was not imported).
+_REGISTERED_BY = {
+    "tiny": "reasonrl.models.named",
+    "tiny-demo": "reasonrl.models.named",
+    "smollm2": "reasonrl.models.named",
+    "arith-sft": "reasonrl.sft.warm_start",
+}
+
+_BUILDERS: dict[str, Callable[[], Path]] = {}
+
+
+def register_offline_model(name: str, builder: Callable[[], Path]) -> None:
+    """Register ``builder`` (no arguments -> the model's local HF folder, built on first call) for ``name``, one of
+    :data:`OFFLINE_MODELS`. Registering the same builder again (a re-imported module) is a no-op."""
+    if name not in OFFLINE_MODELS:
+        raise ValueError(
+            f"offline model {name!r} is not declared in reasonrl.config.offline_models.OFFLINE_MODELS (name -> "
+            f"context length); declared: {', '.join(OFFLINE_MODELS)}"
+        )
+    _BUILDERS[name] = builder
+
+
+def registered_offline_models() -> tuple[str, ...]:
+    """Names whose builder is registered in this process (the declared ones whose module was imported)."""
+    return tuple(name for name in OFFLINE_MODELS if name in _BUILDERS)
+
+
+def offline_model_path(name: str) -> Path:
+    """The local HF folder of the offline model ``name``, built / converted / trained first if missing."""
+    if name not in OFFLINE_MODELS:
+        raise KeyError(f"unknown offline model {name!r}; available: {', '.join(OFFLINE_MODELS)}")
+    builder = _BUILDERS.get(name)
+    if builder is None:
+        module = _REGISTERED_BY[name]
+        raise ConfigError(
+            [
+                f"offline model {name!r} has no builder in this process: `import {module}` first (reasonrl.exp, "
+                "reasonrl.eval and reasonrl.sft import it for you)"
+            ],
+            title="offline model not registered",
+        )
+    return Path(builder())

@@ -1,0 +1,61 @@
+"""The registry of offline models (``reasonrl.config.offline_models``): names and context lengths declared in the
+config layer, builders registered from above (``reasonrl.models.named``, ``reasonrl.sft.warm_start``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import reasonrl.config as config_mod
+from reasonrl.config import OFFLINE_MODELS, register_offline_model
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter (the registry is per process)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_config_alone_knows_the_names_but_not_the_builders():
+    proc = run_python(
+        "import sys\n"
+        "from reasonrl.config import BasePPOExpConfig, registered_offline_models\n"
+        "BasePPOExpConfig(pretrain='arith-sft', device='cpu', generate_max_len=128, max_prompt_len=64).validate()\n"
+        "print(registered_offline_models(), 'reasonrl.sft' in sys.modules, 'reasonrl.models' in sys.modules)\n"
+        "BasePPOExpConfig.resolve_model_path('arith-sft')\n"
+    )
+    assert proc.stdout.splitlines()[0] == "() False False"  # validation needed neither models/ nor sft/
+    assert "offline model 'arith-sft' has no builder in this process: `import reasonrl.sft.warm_start` first" in (
+        proc.stderr
+    )
+
+
+@pytest.mark.parametrize("entry_point", ["reasonrl.sft", "reasonrl.eval"])
+def test_every_runner_registers_every_offline_model(entry_point):
+    proc = run_python(
+        f"import {entry_point}\nfrom reasonrl.config import registered_offline_models\n"
+        "print(','.join(registered_offline_models()))"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == ",".join(OFFLINE_MODELS)
+
+
+def test_only_declared_names_can_be_registered():
+    with pytest.raises(ValueError, match="offline model 'tiny3' is not declared"):
+        register_offline_model("tiny3", lambda: None)
+
+
+def test_declared_context_lengths_match_the_models():
+    from reasonrl.models.smollm2 import FOLDER_NAME
+    from reasonrl.models.tiny import DEMO_SPEC, TinyModelSpec
+    from reasonrl.utils.paths import cache_root
+
+    assert config_mod.OFFLINE_MODELS["tiny"] == TinyModelSpec().max_position_embeddings
+    # arith-sft is tiny-demo fine-tuned: same architecture, same context length
+    assert OFFLINE_MODELS["tiny-demo"] == OFFLINE_MODELS["arith-sft"] == DEMO_SPEC.max_position_embeddings
+    converted = cache_root() / "models" / FOLDER_NAME / "config.json"
+    if not converted.is_file():
+        pytest.skip("SmolLM2 not converted on this machine (python -m reasonrl.prepare)")
+    assert OFFLINE_MODELS["smollm2"] == json.loads(converted.read_text())["max_position_embeddings"]
