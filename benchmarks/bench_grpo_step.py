@@ -29,7 +29,7 @@ from pathlib import Path
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 from reasonrl.config.overrides import apply_overrides, parse_overrides
 from reasonrl.models.tiny import TinyModelSpec, tiny_model_path
-from reasonrl.utils.tracking import metrics_by_step, read_metrics
+from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
 
 SPEC = TinyModelSpec(
     vocab_size=2048, hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
 from reasonrl.utils.reaper import descendants
-from reasonrl.utils.tracking import metrics_by_step, read_metrics
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ import pytest
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 from playground.tiny_ppo_cpu import TinyPPOCPUConfig
 from reasonrl.exp import BasePPOExp
-from reasonrl.utils.tracking import known_scalar
+from reasonrl.utils.scalars import known_scalar
 
 pytestmark = pytest.mark.integration
 REWARD_FN = f"{Path(__file__).parent / 'fixtures' / 'toy_rewards.py'}:digit_fraction"

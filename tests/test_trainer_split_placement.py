@@ -12,7 +12,7 @@ import asyncio
 import pytest
 
 from reasonrl.exp import BasePPOExp
-from reasonrl.utils.tracking import metrics_by_step, read_metrics
+from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
 
 pytestmark = pytest.mark.integration
 

@@ -1,10 +1,13 @@
 """The DeepSpeed adapter: the only module in reasonrl that calls DeepSpeed.
 
-It builds DeepSpeed configs, joins the torch.distributed group (``nccl`` on GPU, ``gloo`` on CPU), loads Hugging
-Face models partitioned under ZeRO-3, builds the optimizer and LR schedule, wraps models in training or frozen
-engines, offloads/reloads engine states between phases, saves/loads full training state and gathers full
-parameters back. A DeepSpeed upgrade should only need to touch this file. Facts it relies on (DeepSpeed 0.19.8,
-transformers 5.19, torch 2.13; measured on CPU unless marked otherwise):
+It joins the torch.distributed group (``nccl`` on GPU, ``gloo`` on CPU), loads Hugging Face models partitioned
+under ZeRO-3, builds the optimizer, wraps models in training or frozen engines, offloads/reloads engine states
+between phases, saves/loads full training state and gathers full parameters back. What needs no DeepSpeed call
+lives beside it: the config dict (:mod:`reasonrl.distributed.ds_config`), parameter groups and the LR schedule
+(:mod:`reasonrl.distributed.optim_setup`), the point-to-point gather of partitions, buckets and buffers
+(:mod:`reasonrl.distributed.param_gather`). A DeepSpeed upgrade should only need to touch this file (and
+``ds_config`` where the config schema changes). Facts it relies on (DeepSpeed 0.19.8, transformers 5.19,
+torch 2.13; measured on CPU unless marked otherwise):
 
 * ZeRO-3 loading must go through transformers' ``HfDeepSpeedConfig`` (kept alive while ``from_pretrained`` runs):
   transformers then builds the model under ``deepspeed.zero.Init`` and loads the checkpoint shard-wise. A raw
@@ -26,8 +29,6 @@ transformers 5.19, torch 2.13; measured on CPU unless marked otherwise):
 from __future__ import annotations
 
 import contextlib
-import functools
-import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,112 +36,19 @@ from typing import Any
 
 from loguru import logger
 
-from reasonrl.distributed.platform import apply_cpu_threads, apply_runtime_env, device_type, dist_backend
+from reasonrl.distributed.ds_config import require_field
+from reasonrl.distributed.optim_setup import optimizer_impl, optimizer_param_groups
+from reasonrl.distributed.param_gather import (
+    FlatPartition,
+    gather_partitions_to_rank0,
+    gather_to_rank0_pays,
+    persistent_buffers,
+    split_by_size,
+)
+from reasonrl.distributed.platform import apply_cpu_threads, apply_runtime_env, dist_backend
 
-SCHEDULES = ("constant", "linear", "cosine")
-OPTIMIZER_IMPLS = ("auto", "torch", "fused", "cpu_adam")
 CLIENT_STATE_KEY = "reasonrl_client_state"  # our client_state lives under this one key of the DeepSpeed checkpoint
 DEFAULT_BUCKET_BYTES = 256 * 1024**2
-
-
-def _require(ok: bool, field: str, message: str) -> None:
-    if not ok:
-        raise ValueError(f"{field}: {message}")
-
-
-def build_ds_config(
-    *,
-    zero_stage: int = 3,
-    bf16: bool = False,
-    micro_batch_size_per_rank: int = 1,
-    grad_accum_steps: int = 1,
-    world_size: int = 1,
-    grad_clip: float = 1.0,
-    offload_optimizer: bool = False,
-    offload_params: bool = False,
-    train: bool = True,
-    grad_accum_dtype: str | None = "auto",
-    memory_efficient_linear: bool | None = None,
-) -> dict[str, Any]:
-    """A DeepSpeed config dict. Invalid values raise ``ValueError`` naming the field.
-
-    Args:
-        zero_stage: 0-3. Stage 3 partitions parameters (load them with :func:`load_causal_lm`).
-        bf16: bf16 mixed precision (fp32 master weights in the ZeRO optimizer); otherwise pure fp32.
-        micro_batch_size_per_rank, grad_accum_steps, world_size: give ``train_batch_size`` (DeepSpeed checks the
-            product). With ``grad_accum_steps > 1`` the engine only steps optimizer and scheduler every that many
-            ``engine.step()`` calls.
-        grad_clip: global gradient-norm clip (``gradient_clipping``); 0 disables it. Training configs only.
-        offload_optimizer: ZeRO-Offload: optimizer states and fp32 master weights in CPU memory, stepped by
-            ``DeepSpeedCPUAdam`` (one ~40 s JIT build; :func:`make_optimizer` picks it). Needs ``zero_stage >= 1``;
-            ignored for ``train=False`` (a frozen model has no optimizer).
-        offload_params: keep ZeRO-3 parameter partitions in CPU memory, fetched layer by layer in forward. Meant
-            for frozen reference / reward models sharing a GPU. Needs ``zero_stage == 3``.
-        train: ``False`` gives an inference-only config for frozen models (no clipping, no optimizer settings);
-            wrap those with :func:`initialize_frozen`.
-        grad_accum_dtype: ``"fp32"`` or ``"bf16"`` gradient accumulation (``data_types.grad_accum_dtype``); the
-            DeepSpeed default (``None``) accumulates in the model dtype. ``"fp32"`` with ``bf16`` needs ZeRO >= 1.
-            ``"auto"`` (the default) is ``"fp32"`` for bf16 training under ZeRO >= 1 (bf16 accumulation loses
-            ~0.4% of the gradient at 8 micro-batches, ~1.4% at 128) and ``None`` otherwise (fp32 models, ZeRO-0,
-            frozen models).
-        memory_efficient_linear: ZeRO-3's replacement of ``F.linear`` by its own autograd function (DeepSpeed's
-            default, meant for autocast memory). ``None`` (auto): DeepSpeed's default on GPU placements, off on CPU
-            placements, where it cost a quarter of the update (measured: the GRPO update of a 26 M-parameter model
-            3.9 s with it, 3.1 s without; the same maths, torch's fused linear).
-    """
-    if grad_accum_dtype == "auto":
-        grad_accum_dtype = "fp32" if bf16 and train and zero_stage in (1, 2, 3) else None
-    positive_ints = {"micro_batch_size_per_rank": micro_batch_size_per_rank, "grad_accum_steps": grad_accum_steps}
-    positive_ints["world_size"] = world_size
-    for field, value in positive_ints.items():
-        _require(isinstance(value, int) and value >= 1, field, f"must be an integer >= 1, got {value!r}")
-    clip_ok = isinstance(grad_clip, int | float) and math.isfinite(grad_clip) and grad_clip >= 0
-    for ok, field, message in (
-        (zero_stage in (0, 1, 2, 3), "zero_stage", f"must be 0, 1, 2 or 3, got {zero_stage!r}"),
-        (clip_ok, "grad_clip", f"must be a finite number >= 0 (0 disables clipping), got {grad_clip!r}"),
-        (not (offload_optimizer and train and zero_stage == 0), "offload_optimizer", "needs zero_stage >= 1"),
-        (not (offload_params and zero_stage != 3), "offload_params", "parameter offload needs zero_stage == 3"),
-        (
-            grad_accum_dtype in (None, "fp32", "bf16"),
-            "grad_accum_dtype",
-            f"fp32, bf16 or None, not {grad_accum_dtype!r}",
-        ),
-        (
-            not (grad_accum_dtype == "fp32" and bf16 and zero_stage == 0),
-            "grad_accum_dtype",
-            "fp32 with bf16 needs ZeRO",
-        ),
-        (not (grad_accum_dtype == "bf16" and not bf16), "grad_accum_dtype", "bf16 accumulation needs bf16=True"),
-    ):
-        _require(ok, field, message)
-    zero: dict[str, Any] = {"stage": zero_stage}
-    if zero_stage == 3:
-        if memory_efficient_linear is None:
-            memory_efficient_linear = device_type() == "cuda"
-        zero |= {
-            "stage3_param_persistence_threshold": 10_000,
-            "stage3_max_live_parameters": 1e9,
-            "memory_efficient_linear": bool(memory_efficient_linear),
-        }
-        if offload_params:
-            zero["offload_param"] = {"device": "cpu", "pin_memory": True}  # pinning is a no-op on CPU hosts
-    if offload_optimizer and train:
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-    config: dict[str, Any] = {
-        "train_micro_batch_size_per_gpu": micro_batch_size_per_rank,
-        "gradient_accumulation_steps": grad_accum_steps,
-        "train_batch_size": micro_batch_size_per_rank * grad_accum_steps * world_size,
-        "zero_optimization": zero,
-        "bf16": {"enabled": bf16},
-        "steps_per_print": 10**9,
-        "wall_clock_breakdown": False,
-    }
-    if grad_accum_dtype is not None:
-        config["data_types"] = {"grad_accum_dtype": grad_accum_dtype}
-    if train:
-        config["gradient_clipping"] = float(grad_clip)
-        config["zero_allow_untested_optimizer"] = True  # torch AdamW is "untested" for ZeRO in DeepSpeed's list
-    return config
 
 
 def init_distributed(
@@ -231,33 +139,6 @@ def enable_gradient_checkpointing(model) -> None:
         target.config.use_cache = False
 
 
-def optimizer_param_groups(model, weight_decay: float) -> list[dict[str, Any]]:
-    """Trainable parameters split into a decayed group and a ``weight_decay=0`` group (empty groups dropped).
-
-    No decay on biases and on every parameter whose FULL shape is 1-D (RMSNorm / LayerNorm weights, value-head
-    bias): the usual AdamW recipe. Under ZeRO-3 the local tensor is a flat ``(n,)`` shard, so the full shape is
-    read from DeepSpeed's ``ds_shape``. Embeddings and the LM head are matrices and are decayed.
-    """
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        shape = tuple(getattr(param, "ds_shape", param.shape))
-        (no_decay if len(shape) < 2 or name.endswith("bias") else decay).append(param)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return [g for g in groups if g["params"]]  # DeepSpeed drops empty groups; the scheduler must see the same list
-
-
-def optimizer_impl(ds_config: dict[str, Any] | None = None, impl: str = "auto") -> str:
-    """Resolve ``impl`` for :func:`make_optimizer`: ``"auto"`` gives ``"cpu_adam"`` when ``ds_config`` offloads
-    the optimizer, else ``"fused"`` on a GPU placement, else ``"torch"``; other values are checked and returned."""
-    _require(impl in OPTIMIZER_IMPLS, "impl", f"must be one of {OPTIMIZER_IMPLS}, got {impl!r}")
-    if impl != "auto":
-        return impl
-    offload = ((ds_config or {}).get("zero_optimization", {}).get("offload_optimizer") or {}).get("device")
-    return "cpu_adam" if offload in ("cpu", "nvme") else "fused" if device_type() == "cuda" else "torch"
-
-
 def make_optimizer(
     model,
     lr: float,
@@ -277,7 +158,7 @@ def make_optimizer(
     """
     import torch
 
-    _require(lr > 0, "lr", f"must be > 0, got {lr!r}")
+    require_field(lr > 0, "lr", f"must be > 0, got {lr!r}")
     impl = optimizer_impl(ds_config, impl)
     groups = optimizer_param_groups(model, weight_decay)
     if impl == "torch":
@@ -289,55 +170,6 @@ def make_optimizer(
     from deepspeed.ops.adam import DeepSpeedCPUAdam
 
     return DeepSpeedCPUAdam(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, adamw_mode=True)
-
-
-def lr_factor(
-    step: int,
-    *,
-    warmup_steps: int,
-    total_steps: int | None = None,
-    schedule: str = "constant",
-    min_lr_ratio: float = 0.0,
-) -> float:
-    """LR multiplier for the optimizer step with 0-based index ``step``.
-
-    Warmup: ``(step + 1) / warmup_steps`` for ``step < warmup_steps`` (the first step already learns; the last
-    warmup step is at full LR). Then ``constant``: 1; ``linear`` / ``cosine``: from 1 down to ``min_lr_ratio`` with
-    ``progress = (step - warmup_steps) / (total_steps - warmup_steps)`` (reached at ``step == total_steps``,
-    held after it).
-    """
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    if schedule == "constant":
-        return 1.0
-    progress = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
-    decay = 1.0 - progress if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
-    return min_lr_ratio + (1.0 - min_lr_ratio) * decay
-
-
-def make_lr_scheduler(
-    optimizer,
-    warmup_steps: int = 0,
-    total_steps: int | None = None,
-    schedule: str = "constant",
-    min_lr_ratio: float = 0.0,
-):
-    """A ``torch.optim.lr_scheduler.LambdaLR`` following :func:`lr_factor`. Pass it to :func:`initialize`: the
-    engine steps it once per applied optimizer step and saves/loads it with the checkpoint. Step counts are
-    optimizer steps (not micro-batches). ``total_steps`` is required for ``linear`` and ``cosine``."""
-    from torch.optim.lr_scheduler import LambdaLR
-
-    _require(schedule in SCHEDULES, "schedule", f"must be one of {SCHEDULES}, got {schedule!r}")
-    _require(isinstance(warmup_steps, int) and warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {warmup_steps!r}")
-    _require(0.0 <= min_lr_ratio <= 1.0, "min_lr_ratio", f"must be in [0, 1], got {min_lr_ratio!r}")
-    if schedule != "constant":
-        _require(
-            isinstance(total_steps, int) and total_steps > warmup_steps,
-            "total_steps",
-            f"must be an integer > warmup_steps={warmup_steps} for schedule={schedule!r}, got {total_steps!r}",
-        )
-    kwargs = dict(warmup_steps=warmup_steps, total_steps=total_steps, schedule=schedule, min_lr_ratio=min_lr_ratio)
-    return LambdaLR(optimizer, functools.partial(lr_factor, **kwargs))
 
 
 def initialize(model, ds_config: dict[str, Any], optimizer=None, lr_scheduler=None):
@@ -359,7 +191,7 @@ def initialize_frozen(model, ds_config: dict[str, Any]):
     """
     import deepspeed
 
-    _require("optimizer" not in ds_config, "ds_config", "a frozen model's config must not define an optimizer")
+    require_field("optimizer" not in ds_config, "ds_config", "a frozen model's config must not define an optimizer")
     model.requires_grad_(False)
     model.eval()
     engine, *_ = deepspeed.initialize(model=model, config=ds_config)
@@ -536,10 +368,10 @@ def gather_params(module, names, *, rank0_only: bool = True, device: str | None 
 
     by_name = dict(module.named_parameters())
     missing = [n for n in names if n not in by_name]
-    _require(not missing, "names", f"not parameters of the module: {missing[:5]}")
-    params = [by_name[n] for n in names]
-    if rank0_only and _gathers_partitions_to_rank0(params):
-        tensors = _gather_partitions_to_rank0(params)
+    require_field(not missing, "names", f"not parameters of the module: {missing[:5]}")
+    parts = _flat_partitions([by_name[n] for n in names]) if rank0_only and gather_to_rank0_pays() else None
+    if parts is not None:  # gloo: the partitions go point-to-point to rank 0 (param_gather)
+        tensors = gather_partitions_to_rank0(parts)
         if tensors is None:
             return {}
         return {n: t.to(device or by_name[n].device) for n, t in zip(names, tensors, strict=True)}
@@ -550,82 +382,26 @@ def gather_params(module, names, *, rank0_only: bool = True, device: str | None 
         return {n: by_name[n].data.detach().to(device or by_name[n].device, copy=True) for n in names}
 
 
-def _gathers_partitions_to_rank0(params) -> bool:
-    """Gather ZeRO-3 partitions straight to rank 0 (point-to-point) instead of ``GatheredParameters``' all-gather?
-
-    Only over gloo: there an all-gather moves every byte to every rank and measured 2.7x slower than a gather to one
-    rank (513 MiB over 2 CPU ranks: 0.75 s vs 0.28 s). NCCL keeps the all-gather (its fastest collective; a gather
-    is point-to-point there). Needs DeepSpeed's flat partition layout: rank r holds elements
-    ``[r * size, (r + 1) * size)`` of the flattened parameter in ``ds_tensor`` (``size = ceil(numel / world)``).
-    """
+def _flat_partitions(params) -> list[FlatPartition] | None:
+    """The ZeRO-3 partitions of ``params`` as :class:`FlatPartition` s, or ``None`` unless every one is in
+    DeepSpeed's flat partition layout (0.19.8: ``ds_tensor`` holds elements ``[r * size, (r + 1) * size)`` of the
+    flattened parameter, ``size * world == ds_numel_aligned >= ds_numel``) and all share one dtype."""
     import torch.distributed as dist
 
-    if not (dist.is_initialized() and dist.get_backend() == "gloo" and dist.get_world_size() > 1):
-        return False
-    world = dist.get_world_size()
-    return len({getattr(p, "ds_tensor", p).dtype for p in params}) == 1 and all(
-        getattr(p, "ds_tensor", None) is not None
-        and p.ds_tensor.numel() * world == getattr(p, "ds_numel_aligned", -1)
-        and p.ds_tensor.numel() * world >= p.ds_numel
-        for p in params
-    )
-
-
-def _gather_partitions_to_rank0(params) -> list[Any] | None:
-    """Full copies of ZeRO-3 parameters on rank 0: every other rank sends each partition point-to-point, received
-    straight into its place in one flat buffer (no concatenation on the senders, no reshuffle on rank 0, nothing
-    sent to itself). Collective. Returns the tensors (rank 0, on the partitions' device) or ``None`` elsewhere.
-
-    The tensors returned are consecutive views of that flat buffer, which a transport can send as one buffer
-    without packing it again.
-    """
-    import torch
-    import torch.distributed as dist
-
-    world, rank = dist.get_world_size(), dist.get_rank()
-
-    def valid(p, r: int) -> int:  # elements of rank r's partition inside the parameter (the rest is padding)
-        size = p.ds_tensor.numel()
-        return max(0, min(size, p.ds_numel - r * size))
-
-    if rank != 0:
-        sends = [
-            dist.isend(p.ds_tensor.detach().reshape(-1)[: valid(p, rank)], dst=0, tag=i)
-            for i, p in enumerate(params)
-            if valid(p, rank)
-        ]
-        for work in sends:
-            work.wait()
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    if len({getattr(p, "ds_tensor", p).dtype for p in params}) != 1:
         return None
-    dtype, device = params[0].ds_tensor.dtype, params[0].ds_tensor.device
-    flat = torch.empty(sum(p.ds_numel for p in params), dtype=dtype, device=device)
-    full, receives, offset = [], [], 0
-    for i, p in enumerate(params):
-        dst = flat[offset : offset + p.ds_numel]  # rank r's partition is elements [r * size, r * size + valid)
-        size = p.ds_tensor.numel()
-        for r in range(1, world):
-            if valid(p, r):
-                receives.append(dist.irecv(dst[r * size : r * size + valid(p, r)], src=r, tag=i))
-        dst[: valid(p, 0)].copy_(p.ds_tensor.detach().reshape(-1)[: valid(p, 0)])
-        full.append(dst.view(p.ds_shape))
-        offset += p.ds_numel
-    for work in receives:
-        work.wait()
-    return full
+    for p in params:
+        local = getattr(p, "ds_tensor", None)
+        if local is None or not (local.numel() * world == getattr(p, "ds_numel_aligned", -1) >= p.ds_numel):
+            return None
+    return [FlatPartition(local=p.ds_tensor, numel=p.ds_numel, shape=p.ds_shape) for p in params]
 
 
-def split_by_size(items: list[tuple[Any, int]], limit: int) -> list[list[Any]]:
-    """Split ``(item, size in bytes)`` pairs, in order, into consecutive groups whose sizes sum to <= ``limit``;
-    an item larger than ``limit`` forms its own group. Used for gather buckets and for export shards."""
-    groups: list[list[Any]] = []
-    size = 0
-    for item, nbytes in items:
-        if not groups or size + nbytes > limit:
-            groups.append([])
-            size = 0
-        groups[-1].append(item)
-        size += nbytes
-    return groups
+def _gathers_partitions_to_rank0(params) -> bool:
+    """Whether :func:`gather_params` (``rank0_only``) sends these parameters' partitions point-to-point to rank 0
+    (:func:`~reasonrl.distributed.param_gather.gather_to_rank0_pays` and the flat layout) rather than all-gathering."""
+    return gather_to_rank0_pays() and _flat_partitions(params) is not None
 
 
 def iter_full_params(
@@ -638,7 +414,7 @@ def iter_full_params(
     Buckets come from :func:`full_param_sizes`, so they are identical on all ranks. Every rank receives the same
     names; with ``rank0_only`` the other ranks get ``None`` instead of tensors.
     """
-    _require(bucket_bytes > 0, "bucket_bytes", f"must be > 0, got {bucket_bytes!r}")
+    require_field(bucket_bytes > 0, "bucket_bytes", f"must be > 0, got {bucket_bytes!r}")
     for names in split_by_size(full_param_sizes(module), bucket_bytes):
         tensors = gather_params(module, names, rank0_only=rank0_only, device=device)
         yield [(n, tensors.get(n)) for n in names]
@@ -659,18 +435,3 @@ def gather_full_state_dict(
         if keep:
             state.update(bucket)
     return (state | persistent_buffers(module)) if keep else None
-
-
-def persistent_buffer_names(module) -> list[str]:
-    """Names of the buffers ``module.state_dict()`` would contain (non-persistent ones excluded)."""
-    names = []
-    for prefix, sub in module.named_modules():
-        for name, buf in sub._buffers.items():
-            if buf is not None and name not in sub._non_persistent_buffers_set:
-                names.append(f"{prefix}.{name}" if prefix else name)
-    return names
-
-
-def persistent_buffers(module) -> dict[str, Any]:
-    """The buffers ``module.state_dict()`` would contain (non-persistent ones excluded), as CPU tensors."""
-    return {name: module.get_buffer(name).detach().cpu().clone() for name in persistent_buffer_names(module)}

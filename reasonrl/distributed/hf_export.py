@@ -13,15 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reasonrl.distributed.deepspeed_engine import (
-    DEFAULT_BUCKET_BYTES,
-    _rank,
-    _require,
-    gather_full_state_dict,
-    gather_params,
-    persistent_buffer_names,
-    split_by_size,
-)
+from reasonrl.distributed.deepspeed_engine import DEFAULT_BUCKET_BYTES, _rank, gather_full_state_dict, gather_params
+from reasonrl.distributed.ds_config import require_field
+from reasonrl.distributed.param_gather import persistent_buffer_names, split_by_size
 
 DEFAULT_MAX_SHARD_BYTES = 2 * 1024**3
 SINGLE_WEIGHTS_FILE = "model.safetensors"  # transformers' SAFE_WEIGHTS_NAME
@@ -134,7 +128,7 @@ class _ShardWriter:
 
         if self.error is not None:
             raise self.error
-        _require(
+        require_field(
             set(self.weight_map) == expected_names,
             "export_hf",
             "per-shard weight conversion did not give save_pretrained's names (a conversion spans shards; raise "
@@ -190,8 +184,8 @@ def export_hf(
     the other ranks are not left waiting in a collective); the caller makes the directory atomic.
     """
     module = getattr(engine_or_module, "module", engine_or_module)
-    _require(max_shard_bytes > 0, "max_shard_bytes", f"must be > 0, got {max_shard_bytes!r}")
-    _require(bucket_bytes > 0, "bucket_bytes", f"must be > 0, got {bucket_bytes!r}")
+    require_field(max_shard_bytes > 0, "max_shard_bytes", f"must be > 0, got {max_shard_bytes!r}")
+    require_field(bucket_bytes > 0, "bucket_bytes", f"must be > 0, got {bucket_bytes!r}")
     out = Path(out_dir)
     if save_fn is not None:
         state = gather_full_state_dict(module, rank0_only=True, bucket_bytes=bucket_bytes)
@@ -212,7 +206,7 @@ def _write_hf_weights(module, out: Path, max_shard_bytes: int, bucket_bytes: int
     """The streaming part of :func:`export_hf` (collective). Returns whether this rank wrote (rank 0)."""
     from transformers.core_model_loading import revert_weight_conversion
 
-    _require(
+    require_field(
         not getattr(module, "_hf_peft_config_loaded", False) and getattr(module, "hf_quantizer", None) is None,
         "export_hf",
         "PEFT adapters and quantized models are not supported by the streaming export",

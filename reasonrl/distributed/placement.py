@@ -1,43 +1,6 @@
-"""Ray placement groups for the RL roles, built from sizes, checked against the cluster before anything waits.
-
-Roles
------
-``policy``, ``ref``, ``critic``, ``reward`` are DeepSpeed groups sized ``num_nodes x devices_per_node``
-(:class:`RoleResources`; ``num_nodes=0`` disables a role, e.g. no critic under GRPO). ``vllm`` is
-``num_engines`` engines of ``tensor_parallel_size`` devices each (:class:`VLLMResources`).
-
-Bundles
--------
-One bundle per device: ``{"GPU": 1, "CPU": c}`` on GPU clusters, ``{"CPU": c}`` on CPU machines (a CPU "device" is
-``c`` logical CPUs; on a small box Ray's logical CPUs are oversubscribed, see ``ray_cluster.py``). Rank ``i`` of a
-role uses bundle ``i``, so ranks ``k*D .. k*D+D-1`` form "node" ``k``. vLLM engine ``i`` uses the block of ``tp``
-consecutive bundles ``i*tp .. i*tp+tp-1`` and its actor sits on the first bundle of that block.
-
-Modes (colocated roles share one placement group and the same bundles)
----------------------------------------------------------------------
-::
-
-    mode                          placement groups (each PACK)                     actors per bundle
-    ----------------------------  -----------------------------------------------  -----------------
-    colocate_all                  [policy+ref+critic+reward+vllm]                  up to 5
-    colocate_policy_ref           [policy+ref] [critic] [reward] [vllm]            2, 1, 1, 1
-      + colocate_critic_reward    [policy+ref] [critic+reward] [vllm]              2, 2, 1
-    colocate_critic_reward        [policy] [ref] [critic+reward] [vllm]            1, 1, 2, 1
-    separate (no flag)            [policy] [ref] [critic] [reward] [vllm]          1 each
-
-    example: colocate_all, policy 2 nodes x 4 GPU, vllm 4 engines x tp 2 (one group of 8 bundles)
-
-    bundle      0    1    2    3  |  4    5    6    7
-    "node"      0    0    0    0  |  1    1    1    1
-    policy      r0   r1   r2   r3 |  r4   r5   r6   r7      each actor asks 1/k GPU of its bundle
-    ref         r0   r1   r2   r3 |  r4   r5   r6   r7      (k = roles sharing the group, here 5:
-    critic      r0   r1   r2   r3 |  r4   r5   r6   r7       0.2 GPU, as in ORZ / OpenRLHF)
-    reward      r0   r1   r2   r3 |  r4   r5   r6   r7
-    vllm        e0   e0   e1   e1 |  e2   e2   e3   e3
-
-Colocated roles must have the same ``num_nodes`` and ``devices_per_node``; under ``colocate_all`` the engines must
-cover the policy's devices exactly (``num_engines * tp == policy world size``) and ``tp`` must divide
-``devices_per_node`` so that no engine straddles two nodes. ``colocate_all`` implies the two pair flags.
+"""Ray placement groups for the RL roles: created from the requests of :mod:`reasonrl.distributed.placement_layout`
+(roles, bundles, colocation modes and their rules are described there), checked against the cluster before
+anything waits.
 
 Node layout. Groups use the ``PACK`` strategy: Ray fills as few nodes as possible, so a node with ``D`` free
 devices hosts ``D`` bundles of a group, and a request of ``N x D`` lands on ``N`` nodes on a cluster of ``D``-device
@@ -59,7 +22,6 @@ roles still waiting.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -67,165 +29,18 @@ from typing import Any
 
 from loguru import logger
 
-from reasonrl.distributed.feasibility import (
-    EPS,
-    fmt_devices,
-    fmt_res,
-    infeasible_message,
-    node_capacities,
-    packing_problems,
+from reasonrl.distributed.feasibility import fmt_devices
+from reasonrl.distributed.placement_layout import (
+    GroupRequest,
+    PlacementError,
+    RolePlacement,
+    RoleResources,
+    VLLMResources,
+    check_feasible,
+    node_aligned_blocks,
+    plan_groups,
+    role_placements,
 )
-
-ROLES = ("policy", "ref", "critic", "reward", "vllm")
-TRAIN_ROLES = ("policy", "ref", "critic", "reward")
-
-
-class PlacementError(ValueError):
-    """A placement request that is invalid, that the cluster cannot satisfy, or whose groups did not get ready."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RoleResources:
-    """Size of one DeepSpeed role: ``num_nodes x devices_per_node`` ranks (``num_nodes=0``: role disabled)."""
-
-    num_nodes: int
-    devices_per_node: int = 1
-
-    @property
-    def world_size(self) -> int:
-        return self.num_nodes * self.devices_per_node
-
-    @property
-    def enabled(self) -> bool:
-        return self.num_nodes > 0
-
-
-@dataclasses.dataclass(frozen=True)
-class VLLMResources:
-    """vLLM engines: ``num_engines`` replicas of ``tensor_parallel_size`` devices each (``num_engines=0``: none)."""
-
-    num_engines: int
-    tensor_parallel_size: int = 1
-
-    @property
-    def world_size(self) -> int:
-        return self.num_engines * self.tensor_parallel_size
-
-    @property
-    def enabled(self) -> bool:
-        return self.num_engines > 0
-
-
-@dataclasses.dataclass(frozen=True)
-class GroupRequest:
-    """One placement group to create (pure description: no Ray object).
-
-    ``actors[role][i]`` lists the bundle indices actor ``i`` of ``role`` uses: one bundle for a DeepSpeed rank,
-    ``tp`` bundles for a vLLM engine (its actor is scheduled on the first). ``node_local_blocks`` are sets of
-    bundles that must land on one node (vLLM engines with ``tp > 1``).
-    """
-
-    name: str
-    roles: tuple[str, ...]
-    num_bundles: int
-    bundle: Mapping[str, float]
-    shape: str
-    actors: Mapping[str, tuple[tuple[int, ...], ...]]
-    num_gpus_per_actor: float
-    num_cpus_per_actor: float
-    node_local_blocks: tuple[tuple[int, ...], ...] = ()
-    strategy: str = "PACK"
-    note: str = ""
-
-    @property
-    def label(self) -> str:
-        return self.name + (" (colocated)" if len(self.roles) > 1 else "")
-
-    def describe(self) -> str:
-        """``"policy+ref (colocated): 2 nodes x 8 GPU = 16 GPU bundles of {GPU: 1, CPU: 1}"``."""
-        kind = "GPU" if self.bundle.get("GPU", 0) > 0 else "CPU"
-        return f"{self.label}: {self.shape} = {self.num_bundles} {kind} bundles of {fmt_res(self.bundle)}{self.note}"
-
-
-@dataclasses.dataclass
-class RolePlacement:
-    """Where one role's actors go. ``bundle_indices[i]`` is the bundle of actor ``i`` (rank or engine).
-
-    ``engine_bundle_indices[i]`` lists all bundles of actor ``i``: ``[b]`` for a DeepSpeed rank, the ``tp`` bundles
-    of a vLLM engine (first one = ``bundle_indices[i]``). An engine with ``tp > 1`` on GPUs needs its tensor-parallel
-    workers on the other bundles of its block (e.g. vLLM's Ray executor pointed at those bundles); one 1-GPU bundle
-    cannot give a single actor ``tp`` GPUs. ``num_gpus_per_actor`` / ``num_cpus_per_actor`` are the share of one
-    bundle each actor may ask for: ``1/k`` of it when ``k`` roles share the bundles. ``device`` (``"gpu"`` /
-    ``"cpu"``: the kind of the bundles) sets each actor's environment (:meth:`env_vars`).
-
-    vLLM engines with ``tp > 1`` (vLLM 0.32's Ray executor, ``RayExecutorV2``): the engine actor holds no GPU
-    (``num_gpus=0``, its CPU share only) and captures child tasks into the group; vLLM starts one worker actor per
-    tensor-parallel rank on exactly the bundles named in ``VLLM_RAY_BUNDLE_INDICES`` (the engine's block), each
-    asking ``VLLM_RAY_PER_WORKER_GPUS`` = this role's GPU share of a bundle (1, or ``1/k`` when colocated).
-    Without those variables vLLM takes the group's first ``tp`` GPU bundles for every engine.
-    """
-
-    role: str
-    placement_group: Any
-    bundle_indices: list[int]
-    engine_bundle_indices: list[list[int]]
-    num_gpus_per_actor: float
-    num_cpus_per_actor: float
-    colocated_with: tuple[str, ...]
-    group_name: str
-    device: str = "gpu"
-    cpus_per_bundle: float = 1.0
-
-    @property
-    def num_actors(self) -> int:
-        return len(self.bundle_indices)
-
-    @property
-    def tensor_parallel_size(self) -> int:
-        """Bundles per actor: a vLLM engine's ``tp`` (1 for DeepSpeed ranks)."""
-        return len(self.engine_bundle_indices[0]) if self.engine_bundle_indices else 1
-
-    @property
-    def spawns_tp_workers(self) -> bool:
-        """Whether each actor is a vLLM engine whose tensor-parallel workers are separate Ray actors (GPU, tp > 1;
-        on CPU vLLM runs them as processes of the engine actor)."""
-        return self.role == "vllm" and self.tensor_parallel_size > 1 and self.device == "gpu"
-
-    def scheduling_strategy(self, i: int):
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        return PlacementGroupSchedulingStrategy(
-            placement_group=self.placement_group,
-            placement_group_bundle_index=self.bundle_indices[i],
-            placement_group_capture_child_tasks=self.spawns_tp_workers,
-        )
-
-    def env_vars(self, i: int) -> dict[str, str]:
-        """Environment of actor ``i``: its placement's device environment (``platform.runtime_env_vars``, with
-        ``REASONRL_DEVICE``), the CPU threads of its bundle (``platform.cpu_threads_env``: the roles sharing a
-        bundle take turns, so each may use all its CPUs), plus, for a vLLM engine with ``tp > 1``, the bundles and
-        GPU share of its workers."""
-        from reasonrl.distributed.platform import cpu_threads_env, runtime_env_vars
-
-        env = runtime_env_vars(on_gpu=self.device == "gpu")
-        env.update(cpu_threads_env(self.cpus_per_bundle))
-        if self.spawns_tp_workers:
-            env["VLLM_RAY_BUNDLE_INDICES"] = ",".join(str(b) for b in self.engine_bundle_indices[i])
-            env["VLLM_RAY_PER_WORKER_GPUS"] = f"{self.num_gpus_per_actor:g}"
-        return env
-
-    def actor_resources(self, i: int) -> dict[str, float]:
-        """``num_cpus`` / ``num_gpus`` of actor ``i`` in its bundle. A vLLM engine with ``tp > 1`` asks no GPU
-        itself: its workers do, one per bundle of its block (:meth:`env_vars`)."""
-        return dict(num_cpus=self.num_cpus_per_actor, num_gpus=0 if self.spawns_tp_workers else self.num_gpus_per_actor)
-
-    def actor_options(self, i: int) -> dict[str, Any]:
-        """``ray.remote(...).options(**role.actor_options(i))`` for actor ``i``: resources, bundle, environment."""
-        return dict(
-            **self.actor_resources(i),
-            scheduling_strategy=self.scheduling_strategy(i),
-            runtime_env={"env_vars": self.env_vars(i)},
-        )
 
 
 @dataclasses.dataclass
@@ -252,164 +67,6 @@ class PlacementPlan:
 
     def __exit__(self, *exc) -> None:
         self.remove()
-
-
-# ---------------------------------------------------------------------------------------------------- planning
-def plan_groups(
-    roles: Mapping[str, RoleResources | VLLMResources | None],
-    *,
-    colocate_all: bool = False,
-    colocate_policy_ref: bool = False,
-    colocate_critic_reward: bool = False,
-    device: str = "gpu",
-    cpus_per_bundle: float = 1,
-) -> list[GroupRequest]:
-    """Validate the role sizes and colocation flags and describe the placement groups to create (no Ray)."""
-    if device not in ("gpu", "cpu"):
-        raise PlacementError(f"device must be 'gpu' or 'cpu', got {device!r}")
-    if not cpus_per_bundle > 0:
-        raise PlacementError(f"cpus_per_bundle must be > 0, got {cpus_per_bundle}")
-    unknown = sorted(set(roles) - set(ROLES))
-    if unknown:
-        raise PlacementError(f"unknown role(s) {unknown}; roles are {list(ROLES)}")
-    sizes: dict[str, RoleResources | VLLMResources] = {}
-    for role, res in roles.items():
-        if res is None:
-            continue
-        expected = VLLMResources if role == "vllm" else RoleResources
-        if not isinstance(res, expected):
-            raise PlacementError(f"{role}: expected {expected.__name__}, got {res!r}")
-        _validate_size(role, res)
-        if res.enabled:
-            sizes[role] = res
-    if "policy" not in sizes:
-        raise PlacementError("policy must have at least 1 node and 1 device (policy num_nodes > 0)")
-
-    if colocate_all:
-        sets = [[r for r in ROLES if r in sizes]]
-    else:
-        sets = []
-        for pair, flag in ((("policy", "ref"), colocate_policy_ref), (("critic", "reward"), colocate_critic_reward)):
-            present = [r for r in pair if r in sizes]
-            sets.extend([present] if flag and present else [[r] for r in present])
-        if "vllm" in sizes:
-            sets.append(["vllm"])
-
-    bundle = {"GPU": 1.0, "CPU": float(cpus_per_bundle)} if device == "gpu" else {"CPU": float(cpus_per_bundle)}
-    return [_group_request(members, sizes, bundle, colocate_all) for members in sets]
-
-
-def _validate_size(role: str, res: RoleResources | VLLMResources) -> None:
-    fields = dataclasses.asdict(res)
-    for field, value in fields.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise PlacementError(f"{role}.{field} must be a non-negative int, got {value!r}")
-    second = "tensor_parallel_size" if isinstance(res, VLLMResources) else "devices_per_node"
-    if res.enabled and fields[second] < 1:
-        raise PlacementError(f"{role}.{second} must be >= 1 when the role is enabled, got {fields[second]}")
-
-
-def _group_request(
-    members: list[str], sizes: Mapping[str, Any], bundle: dict[str, float], colocate_all: bool
-) -> GroupRequest:
-    kind = "GPU" if "GPU" in bundle else "CPU devices"
-    train = [r for r in members if r in TRAIN_ROLES]
-    actors: dict[str, tuple[tuple[int, ...], ...]] = {}
-    num_bundles, shape = 0, ""
-    if train:
-        first = sizes[train[0]]
-        for other in train[1:]:
-            if sizes[other] != first:
-                flag = (
-                    "colocate_all"
-                    if colocate_all
-                    else f"colocate_{'policy_ref' if other == 'ref' else 'critic_reward'}"
-                )
-                raise PlacementError(
-                    f"{flag}: {train[0]} ({_shape(first, kind)}) and {other} ({_shape(sizes[other], kind)}) share "
-                    f"bundles, so they need the same num_nodes and devices_per_node; make them equal or turn {flag} off"
-                )
-        num_bundles, shape = first.world_size, _shape(first, kind)
-        actors |= {r: tuple((i,) for i in range(num_bundles)) for r in train}
-    blocks: tuple[tuple[int, ...], ...] = ()
-    note = ""
-    if "vllm" in members:
-        v: VLLMResources = sizes["vllm"]
-        tp = v.tensor_parallel_size
-        engines = f"{v.num_engines} engine{'s' if v.num_engines != 1 else ''} x tp {tp}"
-        if train:  # colocate_all: the engines cover the policy's bundles exactly
-            if first.devices_per_node % tp:
-                raise PlacementError(
-                    f"colocate_all: vllm tensor_parallel_size {tp} must divide the policy's devices_per_node "
-                    f"{first.devices_per_node} so that no engine straddles two nodes"
-                )
-            if v.world_size != num_bundles:
-                raise PlacementError(
-                    f"colocate_all: vllm ({engines} = {v.world_size} devices) must cover the policy's {shape} = "
-                    f"{num_bundles} devices exactly (num_engines * tensor_parallel_size == policy world size): "
-                    f"set vllm num_engines = {num_bundles // tp} for tp {tp}, or turn colocate_all off"
-                )
-            note = f"; vllm: {engines} on the same bundles"
-        else:
-            num_bundles, shape = v.world_size, engines
-        actors["vllm"] = tuple(tuple(range(i * tp, (i + 1) * tp)) for i in range(v.num_engines))
-        blocks = tuple(b for b in actors["vllm"] if len(b) > 1)
-    k = len(members)
-    return GroupRequest(
-        name="+".join(members),
-        roles=tuple(members),
-        num_bundles=num_bundles,
-        bundle=dict(bundle),
-        shape=shape,
-        actors=actors,
-        num_gpus_per_actor=_share(bundle.get("GPU", 0.0), k),
-        num_cpus_per_actor=_share(bundle["CPU"], k),
-        node_local_blocks=blocks,
-        note=note,
-    )
-
-
-def _shape(res: RoleResources, kind: str) -> str:
-    return f"{res.num_nodes} node{'s' if res.num_nodes != 1 else ''} x {res.devices_per_node} {kind}"
-
-
-def _share(amount: float, k: int) -> float:
-    """``amount / k`` rounded down to Ray's resource granularity (1e-4), so ``k`` shares always fit."""
-    return math.floor(amount / k * 10_000) / 10_000
-
-
-# ---------------------------------------------------------------------------------------------------- feasibility
-def check_feasible(
-    requests: Sequence[GroupRequest],
-    cluster_resources: Mapping[str, float] | None,
-    nodes: Sequence[Mapping[str, Any]] | None,
-) -> None:
-    """Raise :class:`PlacementError` unless the alive nodes can hold all ``requests`` together (pure, no Ray).
-
-    ``nodes`` is ``ray.nodes()`` (dead nodes are ignored); without it ``cluster_resources``
-    (``ray.cluster_resources()``) is treated as one node. Checks: each resource's total, that one bundle fits on
-    some node, that the nodes have enough bundle slots in all, and that each vLLM engine's ``tp`` bundles fit
-    on a single node. The bundles of one plan all have the same shape, for which this slot count is exact.
-    """
-    caps = node_capacities(cluster_resources, nodes)
-    totals: dict[str, float] = {}
-    for _, cap in caps:
-        for res, amount in cap.items():
-            totals[res] = totals.get(res, 0.0) + amount
-    need: dict[str, float] = {}
-    for req in requests:
-        for res, amount in req.bundle.items():
-            need[res] = need.get(res, 0.0) + amount * req.num_bundles
-
-    problems = [
-        f"{need[res]:g} {res} requested, the cluster has {totals.get(res, 0):g}"
-        for res in sorted(need)
-        if need[res] > totals.get(res, 0.0) + EPS
-    ]
-    if not problems:
-        problems = packing_problems(requests, caps)
-    if problems:
-        raise PlacementError(infeasible_message(requests, caps, problems))
 
 
 # ---------------------------------------------------------------------------------------------------- Ray
@@ -475,26 +132,6 @@ def build_placement(
     return plan
 
 
-def role_placements(groups: Iterable[tuple[GroupRequest, Any]], device: str) -> dict[str, RolePlacement]:
-    """Every role's :class:`RolePlacement` in ``(request, placement group)`` pairs (pure: the group may be None)."""
-    roles = {}
-    for req, pg in groups:
-        for role, blocks in req.actors.items():
-            roles[role] = RolePlacement(
-                role=role,
-                placement_group=pg,
-                bundle_indices=[b[0] for b in blocks],
-                engine_bundle_indices=[list(b) for b in blocks],
-                num_gpus_per_actor=req.num_gpus_per_actor,
-                num_cpus_per_actor=req.num_cpus_per_actor,
-                colocated_with=tuple(r for r in req.roles if r != role),
-                group_name=req.name,
-                device=device,
-                cpus_per_bundle=float(req.bundle.get("CPU", 1.0)),
-            )
-    return roles
-
-
 def _warn_if_busy(requests: Sequence[GroupRequest], available: Mapping[str, float]) -> None:
     need: dict[str, float] = {}
     for req in requests:
@@ -546,29 +183,6 @@ def _check_node_locality(plan: PlacementPlan) -> None:
             logger.info(f"{req.label}: vLLM engine bundles re-aligned to nodes: {[list(b) for b in blocks]}")
             actors = dict(req.actors) | {"vllm": blocks}
             plan.groups[k] = (dataclasses.replace(req, actors=actors, node_local_blocks=blocks), pg)
-
-
-def node_aligned_blocks(
-    blocks: Sequence[tuple[int, ...]], where: Mapping[int, str], label: str = "vllm"
-) -> tuple[tuple[int, ...], ...]:
-    """The bundles of ``blocks`` (one per engine, ``tp`` each) regrouped so that each block lies on one node
-    (``where``: bundle -> node id); blocks already on one node keep their place. Pure."""
-    tp = len(blocks[0])
-    keep = [b for b in blocks if len({where.get(x) for x in b}) == 1]
-    loose: dict[str, list[int]] = {}
-    for b in blocks:
-        if b not in keep:
-            for x in b:
-                loose.setdefault(where.get(x), []).append(x)
-    new = [tuple(sorted(xs)[i : i + tp]) for xs in loose.values() for i in range(0, len(xs) - tp + 1, tp)]
-    if len(keep) + len(new) < len(blocks):
-        raise PlacementError(
-            f"{label}: Ray spread the bundles of the vLLM engines over nodes so that only {len(keep) + len(new)} of "
-            f"{len(blocks)} engines can have their {tp} tensor-parallel bundles on one node (per node: "
-            f"{ {n: len(xs) for n, xs in loose.items()} }); an engine must run on one node. Free whole nodes "
-            f"(or use a tensor_parallel_size that divides the free devices per node)."
-        )
-    return tuple(sorted(keep + new))
 
 
 def remove_placement(plan: PlacementPlan | Iterable[Any]) -> None:

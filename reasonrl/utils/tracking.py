@@ -21,223 +21,33 @@ run equal those of an uninterrupted one. ``start_step=0`` starts the run's logs 
 ``<log_dir>/<exp_name>/`` left by an earlier run is first renamed to ``<exp_name>.prev-<YYYYmmdd-HHMMSS>`` (a
 separate run in TensorBoard), never deleted.
 
-The scalar names the trainer logs are listed, with their meaning, in :data:`SCALARS`.
+The scalar names the trainer logs are listed, with their meaning, in :data:`reasonrl.utils.scalars.SCALARS`; the
+``metrics.jsonl`` format and its readers are :mod:`reasonrl.utils.metrics_file`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import re
 import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from loguru import logger
 
 from reasonrl.config.names import TRACKERS
+from reasonrl.utils.metrics_file import (
+    GENERATIONS_DIR,
+    METRICS_FILE,
+    RESERVED_KEYS,
+    to_jsonable,
+    to_number,
+    truncate_from_step,
+)
 from reasonrl.utils.paths import move_aside
-
-
-class Scalar(NamedTuple):
-    name: str  # "<dataset>" stands for an eval dataset name, "@k" for "@<number>"
-    meaning: str
-
-
-SCALARS: tuple[Scalar, ...] = (
-    # rewards (per training step, over all sampled responses of the step)
-    Scalar("reward/mean", "mean final reward per response (after shaping/penalties)"),
-    Scalar("reward/accuracy", "fraction of responses whose extracted answer verified as correct"),
-    Scalar("reward/truncated_frac", "fraction of responses that did not finish by themselves (finish reason != stop)"),
-    # responses
-    Scalar("response/length_mean", "mean response length in tokens"),
-    Scalar("response/length_max", "longest response in tokens"),
-    Scalar("response/clip_frac", "truncation rate: fraction of responses stopped by the generation length limit"),
-    # policy update (means over all PPO mini-batches of the step)
-    Scalar("policy/kl", "mean per-token KL(policy ‖ reference) over response tokens (configured estimator)"),
-    Scalar("policy/entropy", "mean per-token entropy of the policy over response tokens"),
-    Scalar("policy/clipfrac", "fraction of response tokens whose probability ratio was clipped (either side)"),
-    Scalar("policy/clipfrac_low", "fraction clipped at the lower bound (ratio < 1 - eps_low, negative advantage)"),
-    Scalar("policy/clipfrac_high", "fraction clipped at the upper bound (ratio > 1 + eps_high, positive advantage)"),
-    Scalar("policy/approx_kl", "approximate KL(old policy ‖ new policy) during the update; large = steps too big"),
-    Scalar(
-        "policy/old_logprobs_reused",
-        "1 when the old-log-prob forward was skipped: one policy step per rollout, so the update's own log-probs "
-        "(detached) are the old ones and the ratio is exactly 1",
-    ),
-    Scalar("policy/grad_norm", "policy gradient norm before clipping"),
-    Scalar("policy/lr", "policy learning rate"),
-    Scalar("policy/loss", "policy loss of the mini-batch (PPO/GSPO/CISPO/REINFORCE term + KL loss - entropy bonus)"),
-    Scalar("policy/dual_clipfrac", "fraction of negative-advantage tokens cut by the dual clip"),
-    Scalar("policy/ratio_mean", "mean probability ratio pi/pi_old over response tokens"),
-    Scalar("policy/ratio_max", "largest probability ratio"),
-    Scalar("policy/ratio_min", "smallest probability ratio"),
-    Scalar("policy/seq_ratio_mean", "gspo: mean sequence-level ratio exp(mean_t log pi/pi_old) over sequences"),
-    # critic (PPO with a value model only)
-    Scalar("critic/value_loss", "value-function loss"),
-    Scalar("critic/vf_clipfrac", "fraction of value predictions clipped by the value clip range"),
-    Scalar("critic/grad_norm", "critic gradient norm before clipping"),
-    Scalar("critic/lr", "critic learning rate"),
-    Scalar("critic/vf_mean", "mean predicted value over response tokens"),
-    Scalar("critic/vf_error", "mean squared error (V - R)^2 over response tokens"),
-    # advantages and returns (over response tokens, as used in the loss)
-    Scalar("adv/mean", "mean advantage"),
-    Scalar("adv/std", "standard deviation of advantages"),
-    Scalar("adv/max", "largest advantage"),
-    Scalar("adv/min", "smallest advantage"),
-    Scalar("adv/nonzero_frac", "fraction of response tokens with a non-zero advantage (0 = no learning signal)"),
-    Scalar("returns/mean", "mean return (value target)"),
-    # controllers
-    Scalar("kl/coef", "current KL coefficient (fixed or from the adaptive controller)"),
-    Scalar("entropy/coef", "current entropy-bonus coefficient"),
-    # sampling
-    Scalar(
-        "sampling/kept_groups_frac", "fraction of prompt groups kept by the group filter (e.g. DAPO: not all equal)"
-    ),
-    Scalar("sampling/tries", "generation rounds needed to fill the batch"),
-    Scalar("sampling/samples", "samples trained on this step after the group filter (target: rollout x n)"),
-    # repetition of the trained responses (reasonrl.rewards.repetition; n = 10 words, looping = 3 repeats)
-    Scalar("repetition/looping_frac", "fraction of responses in which some 10-word n-gram occurs 3+ times"),
-    Scalar("repetition/max_ngram_count_mean", "mean over responses of the largest n-gram count"),
-    Scalar("repetition/max_ngram_count_max", "largest n-gram count of any response"),
-    Scalar("repetition/rep_ratio_mean", "mean rep-n ratio: 1 - distinct n-grams / n-grams"),
-    # throughput
-    Scalar("perf/tokens_per_s_generate", "generated tokens per second of time/generate (all engines together)"),
-    Scalar("perf/tokens_per_s_train_policy", "response tokens per second of the policy update"),
-    Scalar("perf/tokens_per_s_train_critic", "response tokens per second of the critic update"),
-    # phase timings, seconds of wall time within the step
-    Scalar("time/generate", "rollout generation with vLLM: wall time until the last engine returned"),
-    Scalar("time/reward", "reward computation not hidden behind generation (after the last engine returned)"),
-    Scalar(
-        "time/reward_overlapped",
-        "reward computation that ran while engines were still generating (each engine's part is scored on arrival)",
-    ),
-    Scalar("time/forward", "forward passes: reference logprobs, critic values, old policy logprobs"),
-    Scalar("time/advantages", "advantage and return computation"),
-    Scalar("time/update", "policy and critic updates"),
-    Scalar("time/sync", "weight sync policy -> vLLM, including verification"),
-    Scalar("time/eval", "evaluation (on steps that evaluate)"),
-    Scalar("time/checkpoint", "checkpoint save (on steps that save)"),
-    Scalar("time/step", "the whole step"),
-    # weight sync
-    Scalar("sync/total_s", "seconds of the last weight sync (gather + transfer + load + verify)"),
-    Scalar("sync/bytes", "bytes of parameters sent to the engines by the last sync"),
-    Scalar("sync/buckets", "number of buckets (each a set of whole decoder layers) of the last sync"),
-    Scalar("sync/gather_s", "seconds gathering ZeRO-3 shards into full tensors"),
-    Scalar("sync/load_s", "seconds the engines spent loading the new weights"),
-    Scalar("sync/verify_s", "seconds of the probe check (policy vs engines)"),
-    Scalar("sync/probe_max_abs_diff", "max |logprob difference| between policy and engines on the probe"),
-    Scalar(
-        "reward/model_score_mean",
-        "mean score of the learned reward model over every sampled response (when reward_pretrain is set); "
-        "it is part of reward/mean and of what dynamic sampling filters on",
-    ),
-    Scalar("reward/rule_mean", "mean rule (or reward_fn) reward alone, when a reward model adds its score"),
-    Scalar("reward/greedy_baseline_mean", "remax: mean final reward of the greedy response per prompt"),
-    # evaluation (on steps that evaluate), see reasonrl.eval_metrics
-    Scalar("eval/<dataset>/avg@k", "mean accuracy over k samples per prompt, averaged over the dataset's prompts"),
-    Scalar("eval/<dataset>/pass@k", "unbiased pass@k: chance that one of k samples is correct, averaged over prompts"),
-    Scalar("eval/<dataset>/maj@k", "majority answer of k samples is correct (math scorer), averaged over prompts"),
-    Scalar("eval/<dataset>/num_prompts", "number of prompts evaluated"),
-    # SFT runs (reasonrl.sft)
-    Scalar("sft/loss", "token-mean NLL of the response tokens of the step's global batch"),
-    Scalar("sft/lr", "learning rate the step used"),
-    Scalar("sft/grad_norm", "global gradient 2-norm before clipping"),
-    Scalar("eval/<dataset>/loss", "SFT: token-mean response NLL on the held-out pairs"),
-)
-
-# compact per-step loguru line: (metric, label)
-HEADLINE: tuple[tuple[str, str], ...] = (
-    ("reward/mean", "reward"),
-    ("reward/accuracy", "acc"),
-    ("response/length_mean", "len"),
-    ("response/clip_frac", "trunc"),
-    ("policy/kl", "kl"),
-    ("policy/entropy", "ent"),
-    ("sft/loss", "loss"),
-    ("sft/lr", "lr"),
-    ("time/step", "step_s"),
-)
-
-METRICS_FILE = "metrics.jsonl"
-GENERATIONS_DIR = "generations"
-_RESERVED_KEYS = ("step", "time")
-
-
-def _scalar_pattern(template: str) -> re.Pattern:
-    pattern = re.escape(template).replace(re.escape("<dataset>"), r"[^/]+").replace(re.escape("@k"), r"@\d+")
-    return re.compile(f"^{pattern}$")
-
-
-_SCALAR_PATTERNS = [_scalar_pattern(s.name) for s in SCALARS]
-
-
-def known_scalar(name: str) -> bool:
-    """Whether ``name`` is documented in :data:`SCALARS` (``eval/math500/pass@16`` matches the templates)."""
-    return any(p.match(name) for p in _SCALAR_PATTERNS)
-
-
-def _number(key: str, value: Any) -> float | int:
-    """A Python int/float from a number, a NumPy scalar or a one-element tensor/array; else ``TypeError``."""
-    if hasattr(value, "numel"):  # torch tensor
-        if value.numel() == 1:
-            value = value.item()
-    elif hasattr(value, "item") and getattr(value, "size", None) == 1:  # NumPy scalar or one-element array
-        value = value.item()
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, (int, float)):
-        return value
-    raise TypeError(f"metric {key!r}: expected a number, got {type(value).__name__}: {value!r}"[:300])
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Recursively convert for JSON: NumPy/torch scalars and arrays to Python, non-finite floats to ``None``,
-    tuples/sets to lists, paths and other objects to ``str``. Strings are kept as they are (never evaluated)."""
-    if obj is None or isinstance(obj, (str, bool, int)):
-        return obj
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return [to_jsonable(v) for v in obj]
-    if hasattr(obj, "tolist"):  # numpy arrays/scalars, torch tensors
-        return to_jsonable(obj.tolist())
-    return str(obj)
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a ``metrics.jsonl`` (``null`` values come back as ``None``). A torn last line (crash mid-write) and
-    other unparsable lines are skipped with a warning. A missing file gives ``[]``."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                logger.warning(f"{path}:{lineno}: skipping unparsable line")
-                continue
-            if isinstance(row, dict) and isinstance(row.get("step"), int):
-                rows.append(row)
-    return rows
-
-
-def metrics_by_step(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """Merge rows of the same step (several log_metrics() calls per step), later values winning; ``time`` dropped."""
-    merged: dict[int, dict[str, Any]] = {}
-    for row in rows:
-        target = merged.setdefault(row["step"], {})
-        target.update({k: v for k, v in row.items() if k not in _RESERVED_KEYS})
-    return dict(sorted(merged.items()))
+from reasonrl.utils.scalars import format_metrics_line, format_value
 
 
 class Tracker:
@@ -303,7 +113,7 @@ class Tracker:
                 start_step=self.start_step,
             )
 
-        self._truncate_previous(self.start_step)
+        truncate_from_step(self.metrics_path, self.generations_dir, self.start_step)
         self._metrics_file = open(self.metrics_path, "a", encoding="utf-8")  # closed in close()
 
         self._sink_id = logger.add(self.run_dir / "train.log", level="DEBUG", enqueue=False) if log_file else None
@@ -331,39 +141,6 @@ class Tracker:
             )
         logger.info(f"tracking run {exp_name} in {self.run_dir} (start_step={self.start_step})")
 
-    # ----- resume -----
-    def _truncate_previous(self, start_step: int) -> None:
-        rows_text = []
-        dropped = 0
-        if self.metrics_path.is_file():
-            with open(self.metrics_path, encoding="utf-8") as f:
-                for line in f:
-                    try:
-                        row = json.loads(line)
-                        keep = isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] < start_step
-                    except ValueError:
-                        keep = False  # a torn line from a crash mid-write
-                    if keep:
-                        rows_text.append(line if line.endswith("\n") else line + "\n")
-                    elif line.strip():
-                        dropped += 1
-        if dropped:
-            backup = self.metrics_path.with_name(METRICS_FILE + ".bak")
-            os.replace(self.metrics_path, backup)
-            tmp = self.metrics_path.with_name(f".{METRICS_FILE}.tmp-{os.getpid()}")
-            tmp.write_text("".join(rows_text), encoding="utf-8")
-            os.replace(tmp, self.metrics_path)
-            logger.warning(
-                f"{self.metrics_path}: dropped {dropped} row(s) with step >= {start_step} left by an earlier session "
-                f"(previous file kept as {backup.name})"
-            )
-        if self.generations_dir.is_dir():
-            stale = [p for p in self.generations_dir.glob("step_*.jsonl") if _generation_step(p) >= start_step]
-            for p in stale:
-                p.unlink()
-            if stale:
-                logger.warning(f"{self.generations_dir}: removed {len(stale)} dump(s) of steps >= {start_step}")
-
     # ----- logging -----
     def log_metrics(self, step: int, metrics: dict[str, Any]) -> None:
         """Log scalars of ``step``: TensorBoard, one ``metrics.jsonl`` row, one loguru line.
@@ -376,9 +153,9 @@ class Tracker:
         clean: dict[str, float | int | None] = {}
         bad = []
         for key, value in metrics.items():
-            if not isinstance(key, str) or key in _RESERVED_KEYS:
+            if not isinstance(key, str) or key in RESERVED_KEYS:
                 raise ValueError(f"invalid metric name {key!r}")
-            number = _number(key, value)
+            number = to_number(key, value)
             if isinstance(number, float) and not math.isfinite(number):
                 bad.append(key)
                 self.nonfinite_counts[key] += 1
@@ -427,7 +204,7 @@ class Tracker:
             return
         self._bar.n = int(step)
         if postfix:
-            self._postfix = {k: _short(v) for k, v in postfix.items() if k != "phase"}
+            self._postfix = {k: format_value(v) for k, v in postfix.items() if k != "phase"}
         self._bar.set_postfix(self._postfix, refresh=False)  # the step is done: no phase shown until the next one
         self._bar.refresh()
 
@@ -484,33 +261,3 @@ class Tracker:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _generation_step(path: Path) -> int:
-    match = re.match(r"^step_(\d+)\.jsonl$", path.name)
-    return int(match.group(1)) if match else -1
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def format_metrics_line(step: int, metrics: dict[str, Any]) -> str:
-    """``step 12 | reward 0.41 acc 0.38 len 512 ... | generate 8.1s reward 0.2s ... | eval/math500/pass@4 0.6``."""
-    parts = [f"step {step}"]
-    head = [f"{label} {_short(metrics[key])}" for key, label in HEADLINE if key in metrics]
-    if head:
-        parts.append(" ".join(head))
-    timings = [
-        f"{key[5:]} {metrics[key]:.2f}s"
-        for key in metrics
-        if key.startswith("time/") and key != "time/step" and isinstance(metrics[key], (int, float))
-    ]
-    if timings:
-        parts.append(" ".join(timings))
-    evals = [f"{key} {_short(metrics[key])}" for key in metrics if key.startswith("eval/")]
-    if evals:
-        parts.append(" ".join(evals))
-    return " | ".join(parts)

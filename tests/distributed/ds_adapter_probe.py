@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from reasonrl.distributed import ds_config, optim_setup
+
 T0 = time.perf_counter()
 TIMINGS: dict[str, float] = {}
 
@@ -64,7 +66,7 @@ def main(out_dir: str, model_dir: str) -> None:
     ds.init_distributed(0, 1, "127.0.0.1", free_port(), timeout_s=120)
     t = lap("init_distributed", t)
 
-    cfg = ds.build_ds_config(zero_stage=3, micro_batch_size_per_rank=4, world_size=1, grad_clip=1.0)
+    cfg = ds_config.build_ds_config(zero_stage=3, micro_batch_size_per_rank=4, world_size=1, grad_clip=1.0)
     sched_kw = dict(warmup_steps=2, total_steps=8, schedule="cosine", min_lr_ratio=0.1)
     base_lr = 1e-3
 
@@ -73,7 +75,7 @@ def main(out_dir: str, model_dir: str) -> None:
         if gradient_checkpointing:
             ds.enable_gradient_checkpointing(model)
         opt = ds.make_optimizer(model, lr=base_lr, weight_decay=0.1)
-        engine = ds.initialize(model, config, opt, ds.make_lr_scheduler(opt, **(sched or sched_kw)))
+        engine = ds.initialize(model, config, opt, optim_setup.make_lr_scheduler(opt, **(sched or sched_kw)))
         return engine, hf_cfg
 
     def step(engine, k):
@@ -158,7 +160,7 @@ def main(out_dir: str, model_dir: str) -> None:
     # backward(is_last)/step: an update from two half micro-batches equals one from the full batch. ZeRO-2 is the
     # discriminating case: without the boundary marking it drops the first micro-batch's gradient (ZeRO-3 does not).
     for stage in (0, 2, 3):  # ZeRO-0: the grad norm is ours (DeepSpeed keeps none there)
-        cfg_s = ds.build_ds_config(zero_stage=stage, micro_batch_size_per_rank=4, world_size=1, grad_clip=1.0)
+        cfg_s = ds_config.build_ds_config(zero_stage=stage, micro_batch_size_per_rank=4, world_size=1, grad_clip=1.0)
         engine_f, hf_keep_f = train_engine(cfg_s, gradient_checkpointing=False)
         engine_g, hf_keep_g = train_engine(cfg_s, gradient_checkpointing=False)
         norms, lrs = {"split": [], "full": []}, []
@@ -192,7 +194,7 @@ def main(out_dir: str, model_dir: str) -> None:
     t = lap("reference_run", t)
 
     # bf16 with fp32 gradient accumulation and 2 micro-batches per optimizer step (constant LR, 4 warmup steps).
-    cfg_bf16 = ds.build_ds_config(
+    cfg_bf16 = ds_config.build_ds_config(
         zero_stage=3, bf16=True, grad_accum_dtype="fp32", micro_batch_size_per_rank=4, grad_accum_steps=2
     )
     engine_d, hf_keep_d = train_engine(cfg_bf16, warmup_steps=4)
@@ -227,7 +229,7 @@ def main(out_dir: str, model_dir: str) -> None:
     t = lap("export_hf", t)
 
     # Frozen ZeRO-3 engine with parameter offload (before load_plain_model, which unsets the global HF config).
-    eval_cfg = ds.build_ds_config(zero_stage=3, micro_batch_size_per_rank=4, train=False, offload_params=True)
+    eval_cfg = ds_config.build_ds_config(zero_stage=3, micro_batch_size_per_rank=4, train=False, offload_params=True)
     frozen_model, hf_keep_frozen = ds.load_causal_lm(model_dir, eval_cfg)
     frozen = ds.initialize_frozen(frozen_model, eval_cfg)
     with torch.no_grad():
@@ -295,7 +297,7 @@ def fast_gather_equal_after_a_step(model_dir: str, world: int) -> bool | None:
 
     from reasonrl.distributed import deepspeed_engine as ds
 
-    cfg = ds.build_ds_config(zero_stage=3, micro_batch_size_per_rank=1, world_size=world)
+    cfg = ds_config.build_ds_config(zero_stage=3, micro_batch_size_per_rank=1, world_size=world)
     model, keep = ds.load_causal_lm(model_dir, cfg)
     engine = ds.initialize(model, cfg, ds.make_optimizer(model, 1e-2, ds_config=cfg))
     first = [n for n, _ in engine.module.named_parameters()][:1]
@@ -317,7 +319,7 @@ def export_main(out_dir: str, rank: str, world_size: str, port: str, *model_dirs
 
     rank_, world = int(rank), int(world_size)
     ds.init_distributed(rank_, world, "127.0.0.1", int(port), timeout_s=120)
-    cfg = ds.build_ds_config(zero_stage=3, micro_batch_size_per_rank=1, world_size=world, train=False)
+    cfg = ds_config.build_ds_config(zero_stage=3, micro_batch_size_per_rank=1, world_size=world, train=False)
     result = []
     for i, model_dir in enumerate(model_dirs):
         out = Path(out_dir) / str(i)

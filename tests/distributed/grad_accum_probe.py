@@ -14,6 +14,8 @@ import json
 import socket
 import sys
 
+from reasonrl.distributed import ds_config
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -47,7 +49,7 @@ def main(n: int) -> None:
         model = torch.nn.Linear(dim, dim, bias=False)
         with torch.no_grad():
             model.weight.copy_(init)
-        config = ds.build_ds_config(
+        config = ds_config.build_ds_config(
             zero_stage=3,
             bf16=True,
             grad_accum_steps=n,

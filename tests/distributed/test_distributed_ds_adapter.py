@@ -13,13 +13,13 @@ import torch
 from torch import nn
 
 from reasonrl.distributed import deepspeed_engine as ds
-from reasonrl.distributed import hf_export
+from reasonrl.distributed import ds_config, hf_export, optim_setup
 
 # ---------------------------------------------------------------- config builder
 
 
 def test_default_train_config():
-    cfg = ds.build_ds_config(micro_batch_size_per_rank=4, grad_accum_steps=2, world_size=3, grad_clip=0.5)
+    cfg = ds_config.build_ds_config(micro_batch_size_per_rank=4, grad_accum_steps=2, world_size=3, grad_clip=0.5)
     assert cfg["train_micro_batch_size_per_gpu"] == 4
     assert cfg["gradient_accumulation_steps"] == 2
     assert cfg["train_batch_size"] == 24
@@ -39,34 +39,36 @@ def test_memory_efficient_linear_follows_the_placement_device(monkeypatch):
 
     for device, expected in (("gpu", True), ("cpu", False)):
         monkeypatch.setenv(DEVICE_ENV_VAR, device)
-        assert ds.build_ds_config()["zero_optimization"]["memory_efficient_linear"] is expected
-        flipped = ds.build_ds_config(memory_efficient_linear=not expected)["zero_optimization"]
+        assert ds_config.build_ds_config()["zero_optimization"]["memory_efficient_linear"] is expected
+        flipped = ds_config.build_ds_config(memory_efficient_linear=not expected)["zero_optimization"]
         assert flipped["memory_efficient_linear"] is (not expected)
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2])
 def test_lower_stages_have_no_stage3_settings(stage):
-    zero = ds.build_ds_config(zero_stage=stage)["zero_optimization"]
+    zero = ds_config.build_ds_config(zero_stage=stage)["zero_optimization"]
     assert zero == {"stage": stage}
 
 
 def test_each_option_lands_in_the_config():
-    cfg = ds.build_ds_config(bf16=True, grad_accum_dtype="fp32", offload_optimizer=True, offload_params=True)
+    cfg = ds_config.build_ds_config(bf16=True, grad_accum_dtype="fp32", offload_optimizer=True, offload_params=True)
     assert cfg["bf16"] == {"enabled": True}
     assert cfg["data_types"] == {"grad_accum_dtype": "fp32"}
     assert cfg["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
     assert cfg["zero_optimization"]["offload_param"] == {"device": "cpu", "pin_memory": True}
-    assert ds.build_ds_config(zero_stage=1, offload_optimizer=True)["zero_optimization"]["offload_optimizer"]
+    assert ds_config.build_ds_config(zero_stage=1, offload_optimizer=True)["zero_optimization"]["offload_optimizer"]
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_bf16_training_accumulates_gradients_in_fp32(stage):
     """Issue 13 item 5: no caller passed grad_accum_dtype, so bf16 ZeRO accumulated micro-batch gradients in bf16."""
-    assert ds.build_ds_config(zero_stage=stage, bf16=True)["data_types"] == {"grad_accum_dtype": "fp32"}
-    assert "data_types" not in ds.build_ds_config(zero_stage=stage, bf16=False), "fp32 models accumulate in fp32"
-    assert "data_types" not in ds.build_ds_config(zero_stage=stage, bf16=True, train=False), "frozen: no gradients"
-    assert "data_types" not in ds.build_ds_config(zero_stage=0, bf16=True), "ZeRO-0 rejects fp32 accumulation"
-    assert ds.build_ds_config(zero_stage=stage, bf16=True, grad_accum_dtype=None).get("data_types") is None
+    assert ds_config.build_ds_config(zero_stage=stage, bf16=True)["data_types"] == {"grad_accum_dtype": "fp32"}
+    assert "data_types" not in ds_config.build_ds_config(zero_stage=stage, bf16=False), "fp32 models accumulate in fp32"
+    assert "data_types" not in ds_config.build_ds_config(zero_stage=stage, bf16=True, train=False), (
+        "frozen: no gradients"
+    )
+    assert "data_types" not in ds_config.build_ds_config(zero_stage=0, bf16=True), "ZeRO-0 rejects fp32 accumulation"
+    assert ds_config.build_ds_config(zero_stage=stage, bf16=True, grad_accum_dtype=None).get("data_types") is None
 
 
 def test_fp32_accumulation_is_what_bf16_training_gets_and_it_is_exact():
@@ -88,7 +90,7 @@ def test_fp32_accumulation_is_what_bf16_training_gets_and_it_is_exact():
 
 
 def test_eval_config_for_frozen_models():
-    cfg = ds.build_ds_config(train=False, offload_params=True, offload_optimizer=True)
+    cfg = ds_config.build_ds_config(train=False, offload_params=True, offload_optimizer=True)
     assert "gradient_clipping" not in cfg and "zero_allow_untested_optimizer" not in cfg
     assert cfg["zero_optimization"]["offload_param"]["device"] == "cpu"
     assert "offload_optimizer" not in cfg["zero_optimization"], "a frozen model has no optimizer to offload"
@@ -112,7 +114,7 @@ def test_eval_config_for_frozen_models():
 )
 def test_invalid_config_values_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
-        ds.build_ds_config(**kwargs)
+        ds_config.build_ds_config(**kwargs)
 
 
 # ---------------------------------------------------------------- LR schedule
@@ -135,7 +137,7 @@ def test_invalid_config_values_name_the_field(kwargs, field):
     ],
 )
 def test_lr_factor_hand_computed(kwargs, expected):
-    got = [ds.lr_factor(step, **kwargs) for step in range(len(expected))]
+    got = [optim_setup.lr_factor(step, **kwargs) for step in range(len(expected))]
     assert got == pytest.approx(expected, abs=1e-12)
 
 
@@ -146,16 +148,16 @@ def _toy_optimizer(lr=1.0):
 def test_scheduler_follows_lr_factor_and_resumes_from_state_dict():
     kwargs = {"warmup_steps": 2, "total_steps": 10, "schedule": "cosine", "min_lr_ratio": 0.1}
     opt = _toy_optimizer(lr=2.0)
-    sched = ds.make_lr_scheduler(opt, **kwargs)
+    sched = optim_setup.make_lr_scheduler(opt, **kwargs)
     lrs = []
     for _ in range(6):
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
-    assert lrs == pytest.approx([2.0 * ds.lr_factor(k, **kwargs) for k in range(6)])
+    assert lrs == pytest.approx([2.0 * optim_setup.lr_factor(k, **kwargs) for k in range(6)])
 
     opt2 = _toy_optimizer(lr=2.0)
-    sched2 = ds.make_lr_scheduler(opt2, **kwargs)
+    sched2 = optim_setup.make_lr_scheduler(opt2, **kwargs)
     sched2.load_state_dict(sched.state_dict())
     opt2.param_groups[0]["lr"] = opt.param_groups[0]["lr"]  # in DeepSpeed the optimizer state restores this
     for _ in range(3):
@@ -177,7 +179,7 @@ def test_scheduler_follows_lr_factor_and_resumes_from_state_dict():
 )
 def test_invalid_scheduler_values_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
-        ds.make_lr_scheduler(_toy_optimizer(), **kwargs)
+        optim_setup.make_lr_scheduler(_toy_optimizer(), **kwargs)
 
 
 # ---------------------------------------------------------------- optimizer
@@ -191,7 +193,7 @@ def tiny_lm(tiny_model_dir):
 
 
 def test_no_weight_decay_on_biases_and_norms(tiny_lm):
-    groups = ds.optimizer_param_groups(tiny_lm, weight_decay=0.1)
+    groups = optim_setup.optimizer_param_groups(tiny_lm, weight_decay=0.1)
     names = {id(p): n for n, p in tiny_lm.named_parameters()}
     decay = {names[id(p)] for p in groups[0]["params"]}
     no_decay = {names[id(p)] for p in groups[1]["params"]}
@@ -208,14 +210,14 @@ def test_param_groups_read_the_full_shape_of_zero3_shards():
     for param, full in ((layer.weight, (4, 3)), (norm.weight, (4,))):
         param.data = torch.empty(0)  # what a ZeRO-3 partitioned parameter looks like locally
         param.ds_shape = torch.Size(full)
-    groups = ds.optimizer_param_groups(nn.Sequential(layer, norm), weight_decay=0.01)
+    groups = optim_setup.optimizer_param_groups(nn.Sequential(layer, norm), weight_decay=0.01)
     assert groups[0]["params"] == [layer.weight] and groups[1]["params"] == [norm.weight]
 
 
 def test_param_groups_skip_frozen_and_drop_empty_groups():
     layer = nn.Linear(3, 4)
     layer.bias.requires_grad_(False)
-    groups = ds.optimizer_param_groups(layer, weight_decay=0.1)
+    groups = optim_setup.optimizer_param_groups(layer, weight_decay=0.1)
     assert len(groups) == 1 and groups[0]["params"] == [layer.weight]
 
 
@@ -227,11 +229,11 @@ def test_make_optimizer_on_cpu_is_torch_adamw(tiny_lm):
 
 
 def test_optimizer_impl_selection():
-    assert ds.optimizer_impl(None, "auto") == ("fused" if torch.cuda.is_available() else "torch")
-    assert ds.optimizer_impl(ds.build_ds_config(offload_optimizer=True)) == "cpu_adam"
-    assert ds.optimizer_impl(ds.build_ds_config(), "fused") == "fused"
+    assert optim_setup.optimizer_impl(None, "auto") == ("fused" if torch.cuda.is_available() else "torch")
+    assert optim_setup.optimizer_impl(ds_config.build_ds_config(offload_optimizer=True)) == "cpu_adam"
+    assert optim_setup.optimizer_impl(ds_config.build_ds_config(), "fused") == "fused"
     with pytest.raises(ValueError, match="impl"):
-        ds.optimizer_impl(None, "sgd")
+        optim_setup.optimizer_impl(None, "sgd")
     with pytest.raises(ValueError, match="lr"):
         ds.make_optimizer(nn.Linear(2, 2), lr=0.0)
 

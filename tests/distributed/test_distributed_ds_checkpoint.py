@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reasonrl.distributed.deepspeed_engine import lr_factor
+from reasonrl.distributed.optim_setup import lr_factor
 
 PROBE = Path(__file__).with_name("ds_adapter_probe.py")
 BASE_LR = 1e-3

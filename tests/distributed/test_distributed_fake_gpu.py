@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from reasonrl.distributed import platform
-from reasonrl.distributed.placement import (
+from reasonrl.distributed.placement_layout import (
     PlacementError,
     check_feasible,
     node_aligned_blocks,

@@ -6,14 +6,13 @@ import time
 
 import pytest
 
-from reasonrl.distributed.placement import (
+from reasonrl.distributed.placement import build_placement, remove_placement
+from reasonrl.distributed.placement_layout import (
     PlacementError,
     RoleResources,
     VLLMResources,
-    build_placement,
     check_feasible,
     plan_groups,
-    remove_placement,
 )
 
 R, V = RoleResources, VLLMResources
