@@ -129,6 +129,12 @@ def _overlap_problems(cfg, train_rows: list[dict], eval_sets: dict[str, list[dic
     ]
 
 
+def _default_scorer(exp) -> bool:
+    """Whether ``exp`` uses ``BasePPOExp.build_scorer`` (the routing scorer of ``reasonrl.scoring``)."""
+    owner = next(k for k in type(exp).__mro__ if "build_scorer" in vars(k))
+    return owner.__module__ == "reasonrl.exp" and owner.__qualname__ == "BasePPOExp"
+
+
 def _check_data(exp, tokenizer, load_tokenizer) -> tuple[Any, list[dict], dict[str, list[dict]], Any]:
     """The data hooks first (cheap: no tokenizer, no torch), then the tokenizer and the template hook."""
     name, cfg = type(exp).__name__, exp.cfg
@@ -144,6 +150,11 @@ def _check_data(exp, tokenizer, load_tokenizer) -> tuple[Any, list[dict], dict[s
         )
     if train_rows is not None:
         problems += _overlap_problems(cfg, train_rows, eval_sets)
+        if _default_scorer(exp):  # a custom scorer may accept its own data_source values
+            from reasonrl.scoring import routing_problems
+
+            sets = {"train_data": train_rows, **{f"eval_data {k}": v for k, v in eval_sets.items()}}
+            problems += routing_problems(cfg, sets)
     if problems:  # before the tokenizer is loaded: a data mistake is reported in well under a second
         raise HookError(problems)
     if load_tokenizer is not None:

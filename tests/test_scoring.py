@@ -41,6 +41,7 @@ def test_user_fn_scorer_and_failures_score_zero(tmp_path):
 
 
 def test_build_scorer_picks_by_config():
-    assert isinstance(build_scorer(TinyPPOCPUConfig(reward_fn=f"{FIXTURE}:digit_fraction")), UserFnScorer)
+    scorer = build_scorer(TinyPPOCPUConfig(reward_fn=f"{FIXTURE}:digit_fraction"))
+    assert list(scorer.scorers) == ["user"] and isinstance(scorer.scorers["user"], UserFnScorer)
     with pytest.raises(Exception, match="nope"):
         build_scorer(TinyPPOCPUConfig(reward_fn=f"{FIXTURE}:nope"))

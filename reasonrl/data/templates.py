@@ -13,6 +13,14 @@ as for Qwen) is prepended when a template uses it.
 User templates are rendered in a sandboxed jinja2 environment (no attribute access to Python internals) with
 ``StrictUndefined``, so a misspelt or missing variable is an error naming it, not a silently empty string.
 The gold ``answer`` is deliberately not passed to templates unless ``expose_answer=True``.
+
+Chat rows (a ``messages`` list of prompt turns, :mod:`reasonrl.data.chat`; the loader makes them from chat
+datasets) render their own turns: the ``chat`` template passes the system and user turns as they are to
+``tokenizer.apply_chat_template`` (``add_generation_prompt=True``; its ``system_prompt`` is added only when the row
+has no system turn, its instruction is not applied). The ``orz`` and ``plain`` templates render a chat row's
+``question`` (its last user turn) only when that loses nothing (one user turn, no system turn); otherwise they
+refuse it (use ``prompt_template=chat``). A user jinja2 file gets ``messages`` as a variable. A malformed
+``messages`` value is a :class:`reasonrl.data.sources.DataFormatError` naming the row.
 """
 
 from __future__ import annotations
@@ -24,6 +32,9 @@ from typing import Any
 
 from jinja2 import StrictUndefined, TemplateError, UndefinedError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from reasonrl.data.chat import prompt_messages
+from reasonrl.data.sources import DataFormatError
 
 # Our wording of the DeepSeek-R1-Zero / Open-Reasoner-Zero prompt (same structure: a system preamble describing
 # the <think>/<answer> protocol, a "User:" turn with the instruction and the problem, then "Assistant: <think>").
@@ -50,6 +61,17 @@ class TemplateRenderError(ValueError):
     """A template could not be rendered (missing variable, syntax error); the message names the template."""
 
 
+def chat_turns(row: dict[str, Any]) -> list[dict[str, str]] | None:
+    """The prompt turns of a chat row (one with a ``messages`` field), ``None`` for a text row; a malformed
+    ``messages`` value is a ``DataFormatError`` naming the row."""
+    if "messages" not in row:
+        return None
+    try:
+        return prompt_messages(row["messages"])
+    except ValueError as exc:
+        raise DataFormatError(f"row {row.get('id', '?')!r}: {exc}") from None
+
+
 def _variables(row: dict[str, Any], expose_answer: bool, extra: dict[str, Any]) -> dict[str, Any]:
     if "question" not in row:
         raise TemplateRenderError(f"row {row.get('id', '?')!r} has no 'question' field")
@@ -61,12 +83,22 @@ class JinjaTemplate:
     """A jinja2 prompt template rendered in a sandbox with ``StrictUndefined``.
 
     Variables: ``question`` and the other row fields (``answer``/``solution`` only with ``expose_answer``),
-    ``bos_token`` (default ``""``) and any ``extra`` values given here.
+    ``bos_token`` (default ``""``) and any ``extra`` values given here. ``renders_messages``: whether the template
+    may use a chat row's ``messages`` (user files); when False (``orz``, ``plain``) a chat row that has a system
+    turn or several user turns is refused, as rendering its question alone would drop them.
     """
 
-    def __init__(self, source: str, name: str = "<template>", expose_answer: bool = False, **extra: Any):
+    def __init__(
+        self,
+        source: str,
+        name: str = "<template>",
+        expose_answer: bool = False,
+        renders_messages: bool = True,
+        **extra: Any,
+    ):
         self.name = name
         self.expose_answer = expose_answer
+        self.renders_messages = renders_messages
         self.extra = {"bos_token": "", **extra}
         try:
             self.template = _ENV.from_string(source)
@@ -81,6 +113,13 @@ class JinjaTemplate:
         return cls(path.read_text(encoding="utf-8"), name=str(path), **kwargs)
 
     def render(self, row: dict[str, Any]) -> str:
+        turns = chat_turns(row)
+        if turns is not None and not self.renders_messages and len(turns) > 1:
+            raise TemplateRenderError(
+                f"template {self.name}: row {row.get('id', '?')!r} is a chat prompt with "
+                f"{', '.join(t['role'] for t in turns)} turns; this template renders the question (last user turn) "
+                "alone and would drop the others: use prompt_template=chat (the tokenizer's chat template)"
+            )
         try:
             return self.template.render(**_variables(row, self.expose_answer, self.extra))
         except UndefinedError as exc:
@@ -94,6 +133,8 @@ class ChatTemplate:
 
     ``instruction`` is a jinja2 string rendered like ``JinjaTemplate`` (default: the question plus "reason step
     by step ... \\boxed{}"). The result is text (``tokenize=False``) with the generation prompt appended.
+    A chat row (``messages``) renders its own system and user turns instead (``system_prompt`` first when it has
+    no system turn; no instruction).
     """
 
     def __init__(self, tokenizer: Any, system_prompt: str | None = None, instruction: str = CHAT_INSTRUCTION):
@@ -104,16 +145,20 @@ class ChatTemplate:
         self.instruction = JinjaTemplate(instruction, name="chat instruction")
 
     def render(self, row: dict[str, Any]) -> str:
-        messages = []
-        if self.system_prompt:
-            messages.append({"role": "system", "content": self.system_prompt})
-        messages.append({"role": "user", "content": self.instruction.render(row)})
+        turns = chat_turns(row)
+        if turns is not None:
+            has_system = any(turn["role"] == "system" for turn in turns)
+            system = [] if has_system or not self.system_prompt else [{"role": "system", "content": self.system_prompt}]
+            messages = system + turns
+        else:
+            messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+            messages.append({"role": "user", "content": self.instruction.render(row)})
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 def orz_template(bos_token: str = "") -> JinjaTemplate:
     """ORZ's R1-Zero style prompt (see ``ORZ_TEMPLATE``)."""
-    return JinjaTemplate(ORZ_TEMPLATE, name="orz", bos_token=bos_token)
+    return JinjaTemplate(ORZ_TEMPLATE, name="orz", renders_messages=False, bos_token=bos_token)
 
 
 def get_template(spec: str, tokenizer: Any = None, **kwargs: Any) -> JinjaTemplate | ChatTemplate:
@@ -123,7 +168,7 @@ def get_template(spec: str, tokenizer: Any = None, **kwargs: Any) -> JinjaTempla
         bos = kwargs.pop("bos_token", "")
         return orz_template(bos_token=bos)
     if spec == "plain":
-        return JinjaTemplate("{{ question }}", name="plain", **kwargs)
+        return JinjaTemplate("{{ question }}", name="plain", renders_messages=False, **kwargs)
     if spec == "chat":
         if tokenizer is None:
             raise ValueError("the 'chat' template needs a tokenizer")

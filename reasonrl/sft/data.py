@@ -68,7 +68,8 @@ def _load(sources: Sequence[str], cfg: SFTConfig) -> list[dict]:
     rows = []
     for source in sources:
         for row in load_rows(source, fields=fields, answer_from="none").rows:
-            rows.append(row | {cfg.prompt_field: row["question"], cfg.response_field: row["answer"]})
+            prompt = {} if cfg.prompt_field == "messages" else {cfg.prompt_field: row["question"]}  # chat turns stay
+            rows.append(row | prompt | {cfg.response_field: row["answer"]})
     return rows
 
 
