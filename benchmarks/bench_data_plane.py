@@ -29,7 +29,14 @@ import types
 import numpy as np
 import torch
 
-from reasonrl.experience import FLOAT_FIELDS, Experience, mini_batch_order, rank_mini_batches, stitch_rank_outputs
+from reasonrl.experience import (
+    FLOAT_FIELDS,
+    Experience,
+    mini_batch_counts,
+    mini_batch_order,
+    rank_mini_batches,
+    stitch_rank_outputs,
+)
 
 
 def synthetic_step(num_samples: int, max_len: int, seed: int = 0) -> Experience:
@@ -115,8 +122,7 @@ def new_dispatch(exp: Experience, forward_sizes: dict, update_sizes: dict, epoch
         shards = shards_of[size]
         for epoch in range(epochs):
             for per_rank in rank_mini_batches(cfg, role, 0, epoch, [len(s) for s in shards], bounds):
-                members = [resp[shard[j]] for shard, local in zip(shards, per_rank, strict=True) for j in local]
-                _ = (sum(members), sum(1 for n in members if n > 0))  # the global counts
+                mini_batch_counts(shards, per_rank, resp)  # the global counts
                 for local in per_rank:
                     nbytes = dumps(local)
                     sent, delivered = sent + nbytes, delivered + nbytes

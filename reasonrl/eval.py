@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import reasonrl.sft.warm_start  # noqa: F401  fills the offline-model registry (tiny, tiny-demo, smollm2, arith-sft)
 from reasonrl.config import BasePPOExpConfig, ConfigError
 from reasonrl.config.fields import _evl
-from reasonrl.rollout import RolloutMixin
+from reasonrl.rollout import EvalSet, RolloutMixin
 
 HTML_MAX_PROMPTS = 20  # prompts per eval set shown in samples.html (every sample of each); all are in the jsonl
 
@@ -59,6 +60,7 @@ class EvalConfig(BasePPOExpConfig):
         """Raise :class:`ConfigError` listing every problem of the fields an evaluation uses (model, eval data,
         template, reward, sampling and engine settings, ``out_dir``); training-only fields are not checked. The
         cluster (``cluster_resources``, ``nodes``) is checked by ``build_placement`` when the engines start."""
+        from reasonrl.config import consistency
         from reasonrl.config import validate as v
 
         problems = v._type_problems(self)
@@ -70,17 +72,7 @@ class EvalConfig(BasePPOExpConfig):
         problems += v.data_source_problems(dataclasses.replace(self, train_data=[]), required=False)
         if self.reward_fn is not None:
             problems += v._reward_fn_problems(self.reward_fn)
-        if self.eval_temperature == 0 and self.eval_n_samples > 1:
-            problems.append(
-                f"eval_n_samples={self.eval_n_samples} with eval_temperature=0 (greedy) gives identical samples: "
-                "set eval_temperature > 0 (e.g. 0.6 or 1.0), or eval_n_samples=1"
-            )
-        total = self.max_prompt_len + self.generate_max_len
-        if self.vllm_max_model_len is not None and total > self.vllm_max_model_len:
-            problems.append(
-                f"max_prompt_len {self.max_prompt_len} + generate_max_len {self.generate_max_len} = {total} tokens "
-                f"do not fit vllm_max_model_len={self.vllm_max_model_len}: lower them or raise vllm_max_model_len"
-            )
+        problems += consistency.eval_sampling_problems(self) + consistency.engine_length_problems(self)
         if not self.out_dir.strip():
             problems.append("out_dir is empty: give the folder for generations.jsonl, summary.json and samples.html")
         if problems:
@@ -109,7 +101,7 @@ def checkpoint_policy(config_path: str | Path) -> Path | None:
 def eval_config_from_cli(argv: Sequence[str] | None = None) -> EvalConfig:
     """:class:`EvalConfig` from ``[config=<file or checkpoint>] field=value ...`` (``--help`` prints the fields).
     A file written by any training config is accepted (fields this class lacks are ignored); not validated yet."""
-    from reasonrl.config.overrides import parse_overrides, read_config_file, split_config_file
+    from reasonrl.config.overrides import apply_overrides, config_file_overrides, parse_overrides, split_config_file
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help", "help") for a in argv):
@@ -119,9 +111,9 @@ def eval_config_from_cli(argv: Sequence[str] | None = None) -> EvalConfig:
     overrides = parse_overrides(rest)
     cfg = EvalConfig()
     if config_path is not None:
-        file, data = read_config_file(config_path)
-        values = {k: v for k, v in data.items() if not k.startswith("_") and k != "train_data"}
-        cfg = cfg.with_overrides(values, strict=False)
+        file, values = config_file_overrides(EvalConfig, config_path, any_class=True)  # refuses a model's config
+        values.pop("train_data", None)
+        cfg = apply_overrides(cfg, values, strict=False, source=str(file))  # types checked, the file named
         policy = checkpoint_policy(config_path)
         if policy is not None and "pretrain" not in overrides:
             cfg = cfg.with_overrides({"pretrain": str(policy)})
@@ -151,31 +143,12 @@ def eval_summary(per_prompt_correct: Sequence[Sequence[bool]], per_prompt_keys, 
     return out
 
 
-def generation_records(name: str, rows, prompts: Sequence[str], completions, results, keys) -> list[dict]:
-    """One JSON-ready row per sample: the set, prompt and sample index, id, prompt text, completion, extracted
-    answer (and its vote key), gold, verdict, reward and finish reason."""
-    records = []
-    for i, (c, r) in enumerate(zip(completions, results, strict=True)):
-        row = rows[c.prompt_index]
-        records.append(
-            {
-                "eval_set": name,
-                "prompt_index": c.prompt_index,
-                "sample_index": c.sample_index,
-                "id": row.get("id"),
-                "question": row.get("question"),
-                "prompt": prompts[c.prompt_index],
-                "completion": c.text,
-                "finish_reason": c.finish_reason,
-                "response_tokens": len(c.token_ids),
-                "extracted": getattr(r, "extracted", None),
-                "vote_key": None if keys is None else keys[i],
-                "gold": None if row.get("answer") is None else str(row.get("answer")),
-                "correct": bool(r.correct),
-                "reason": getattr(r, "reason", None),
-                "reward": float(r.reward),
-            }
-        )
+def generation_records(name: str, scored: EvalSet, prompts: Sequence[str]) -> list[dict]:
+    """One JSON-ready row per sample (``EvalSet.records``: id, question, completion, extracted answer and vote key,
+    gold, verdict, reward, ...), with the eval set's name and the rendered prompt (``prompts[prompt_index]``)."""
+    records = scored.records(eval_set=name)
+    for record in records:
+        record["prompt"] = prompts[record["prompt_index"]]
     return records
 
 
@@ -271,26 +244,13 @@ class Evaluator(RolloutMixin):
         self.reward_model_encoder = None
 
     async def evaluate_set(self, name: str, rows: list[dict]) -> tuple[dict, list[dict]]:
-        """``(summary, records)`` of one eval set: the first ``eval_max_prompts`` rows, ``eval_n_samples`` samples
-        each, seeded as ``PPOTrainer.evaluate`` seeds it."""
-        from reasonrl.eval_metrics import vote_keys
-        from reasonrl.utils.rng import derive_seed
-
-        cfg = self.cfg
-        rows = rows[: cfg.eval_max_prompts] if cfg.eval_max_prompts else rows
-        seed = derive_seed(cfg.seed, "eval", name)
-        completions = await self.generate(rows, n=cfg.eval_n_samples, temperature=cfg.eval_temperature, seed=seed)
-        results = await self.score(completions, [rows[c.prompt_index] for c in completions])
-        keys = vote_keys(results)
-        per_prompt: list[list[bool]] = [[] for _ in rows]
-        per_prompt_keys: list[list[str | None]] | None = None if keys is None else [[] for _ in rows]
-        for i, (c, r) in enumerate(zip(completions, results, strict=True)):
-            per_prompt[c.prompt_index].append(bool(r.correct))
-            if per_prompt_keys is not None:
-                per_prompt_keys[c.prompt_index].append(keys[i])
-        summary = eval_summary(per_prompt, per_prompt_keys, cfg.eval_n_samples)
-        prompts = [self.template.render(row) for row in rows]
-        return summary, generation_records(name, rows, prompts, completions, results, keys)
+        """``(summary, records)`` of one eval set, generated, scored and seeded exactly as the trainer's in-loop
+        eval (``RolloutMixin.eval_set``)."""
+        scored = await self.eval_set(name, rows)
+        correct, keys = scored.per_prompt()
+        summary = eval_summary(correct, keys, self.cfg.eval_n_samples)
+        prompts = [self.template.render(row) for row in scored.rows]
+        return summary, generation_records(name, scored, prompts)
 
 
 def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
@@ -304,6 +264,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
     from reasonrl.distributed.placement import build_placement
     from reasonrl.distributed.ray_cluster import check_ray_address, init_ray
     from reasonrl.exp import BasePPOExp, _logged, start_vllm_engines
+    from reasonrl.scoring import routing_problems
     from reasonrl.utils.reaper import start_reaper
 
     cfg.validate()
@@ -313,6 +274,9 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
         eval_sets = hooks.load_eval_sets()
     except (DataFormatError, FileNotFoundError) as err:
         raise ConfigError([f"eval_data cannot be loaded: {err}"], title="bad eval data") from None
+    problems = routing_problems(cfg, {f"eval_data {name}": rows for name, rows in eval_sets.items()})
+    if problems:  # a row the scorer cannot route, before Ray and the engines start
+        raise ConfigError(problems, title="bad eval data")
     tokenizer = AutoTokenizer.from_pretrained(cfg.resolve_model_path(cfg.pretrain))
     template = hooks.build_template(tokenizer)
     summaries: dict[str, dict] = {}

@@ -21,7 +21,15 @@ from reasonrl.utils.rng import derive_seed
 
 Sample = tuple[list[int], list[int]]  # (prompt token ids, response token ids)
 
-TOKEN_FIELDS = ("action_mask", "old_logprobs", "advantages", "ref_logprobs", "old_values", "returns")
+TOKEN_FIELDS = (
+    "action_mask",
+    "old_logprobs",
+    "advantages",
+    "ref_logprobs",
+    "old_values",
+    "returns",
+    "rollout_logprobs",
+)
 FLOAT_FIELDS = TOKEN_FIELDS[1:]  # the per-token values; the action mask follows from the response lengths
 
 
@@ -37,6 +45,8 @@ class Experience:
         ref_logprobs: [batch, T] reference log-probs (needed for a KL loss), or None.
         old_values: [batch, T] critic values at rollout time (value clipping), or None.
         returns: [batch, T] critic targets, or None.
+        rollout_logprobs: [batch, T] the rollout engine's log-probs of the sampled tokens (rollout-policy
+            correction, ``rollout_correction``), or None.
     """
 
     samples: list[Sample]
@@ -46,6 +56,7 @@ class Experience:
     ref_logprobs: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
     returns: torch.Tensor | None = None
+    rollout_logprobs: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -140,12 +151,6 @@ class RaggedShard:
             pos += p + r
         return out
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the tensor payload (what serialisation costs, up to a small constant)."""
-        tensors = [self.tokens, self.prompt_lengths, self.response_lengths, *self.fields.values()]
-        return sum(t.numel() * t.element_size() for t in tensors)
-
     def num_tokens_and_seqs(self) -> tuple[int, int]:
         """(response tokens, non-empty responses): this shard's part of the global loss-aggregation counts."""
         return int(self.response_lengths.sum()), int((self.response_lengths > 0).sum())
@@ -203,14 +208,6 @@ def padded_from_flat(flat: torch.Tensor, lengths: torch.Tensor, width: int) -> t
     out = torch.zeros(len(lengths), full, dtype=torch.float32)
     out[torch.arange(full)[None, :] < lengths[:, None]] = flat.to(torch.float32).reshape(-1)
     return out[:, :width]
-
-
-def padded_from_rows(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:
-    """List of per-sample lists -> right-padded [batch, width] float tensor."""
-    out = torch.zeros(len(rows), width, dtype=torch.float32)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(list(row)[:width], dtype=torch.float32)
-    return out
 
 
 def token_balanced_shards(lengths: Sequence[int], num_shards: int) -> list[list[int]]:
@@ -272,6 +269,16 @@ def rank_mini_batches(
         per_rank.append([order[lo:hi] for lo, hi in scaled_bounds(bounds, n)])
     plan = [list(slices) for slices in zip(*per_rank, strict=True)]
     return [slices for slices in plan if any(slices)]
+
+
+def mini_batch_counts(
+    shards: Sequence[Sequence[int]], per_rank: Sequence[Sequence[int]], lengths: Sequence[int]
+) -> tuple[int, int]:
+    """``(response tokens, non-empty sequences)`` of one mini-batch over every rank: the global counts that
+    normalise its loss exactly. ``shards[r]``: the step's sample indices of rank r; ``per_rank[r]``: positions in
+    that shard (one entry of :func:`rank_mini_batches`); ``lengths[i]``: response tokens of sample i."""
+    members = [lengths[shard[j]] for shard, local in zip(shards, per_rank, strict=True) for j in local]
+    return sum(members), sum(1 for n in members if n > 0)
 
 
 def scaled_bounds(bounds: Sequence[tuple[int, int]], n: int) -> list[tuple[int, int]]:

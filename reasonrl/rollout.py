@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from reasonrl import algos
+from reasonrl.distributed.worker_group import gather_all
 from reasonrl.rewards.repetition import repetition_stats
 from reasonrl.types import Completion
 from reasonrl.utils.rng import derive_seed
@@ -59,6 +60,32 @@ class ScoredGeneration:
     reward_overlapped_s: float
 
 
+@dataclasses.dataclass
+class EvalSet:
+    """The scored samples of one eval set: ``completions[i]`` answers ``rows[completions[i].prompt_index]``;
+    ``keys[i]`` is the majority-vote key of sample i's extracted answer, None when the scorer extracts none."""
+
+    rows: list[dict]
+    completions: list[Completion]
+    results: list
+    keys: list[str | None] | None
+
+    def per_prompt(self) -> tuple[list[list[bool]], list[list[str | None]] | None]:
+        """``(correct, vote keys)`` grouped by prompt, in sample order: the input of ``eval_metrics``."""
+        correct: list[list[bool]] = [[] for _ in self.rows]
+        keys: list[list[str | None]] | None = None if self.keys is None else [[] for _ in self.rows]
+        for i, (c, r) in enumerate(zip(self.completions, self.results, strict=True)):
+            correct[c.prompt_index].append(bool(r.correct))
+            if keys is not None:
+                keys[c.prompt_index].append(self.keys[i])
+        return correct, keys
+
+    def records(self, limit: int | None = None, **fields) -> list[dict]:
+        """JSON-ready rows of the first ``limit`` samples (:func:`sample_records`), each with ``fields`` added."""
+        rows = [self.rows[c.prompt_index] for c in self.completions]
+        return sample_records(self.completions, self.results, rows, limit=limit, keys=self.keys, **fields)
+
+
 class RolloutMixin:
     def encode(self, rows: Sequence[dict]) -> list[list[int]]:
         """Prompt token ids (the template's text, tokenized without extra special tokens), cut to max_prompt_len."""
@@ -68,8 +95,11 @@ class RolloutMixin:
             ids.append(tokens[-self.cfg.max_prompt_len :])
         return ids
 
-    def start_generation(self, rows: Sequence[dict], *, n: int, temperature: float, seed: int) -> tuple[list, list]:
-        """Launch ``n`` samples per row, prompts split evenly over the engines (contiguous parts).
+    def start_generation(
+        self, rows: Sequence[dict], *, n: int, temperature: float, seed: int, logprobs: bool = False
+    ) -> tuple[list, list]:
+        """Launch ``n`` samples per row, prompts split evenly over the engines (contiguous parts); ``logprobs``:
+        each completion carries the engine's log-prob of every sampled token (rollout-policy correction).
 
         Returns (refs, bounds): refs[e] resolves to engine e's completions, whose prompt_index counts from
         bounds[e] (engine e got rows[bounds[e]:bounds[e + 1]]).
@@ -90,6 +120,7 @@ class RolloutMixin:
                 stop=list(cfg.stop) or None,
                 include_stop_str_in_output=cfg.include_stop_str_in_output,
                 seed=derive_seed(seed, e),
+                logprobs=logprobs,
             )
             refs.append(engine.generate.remote(prompt_ids[bounds[e] : bounds[e + 1]], sampling))
         return refs, bounds
@@ -113,7 +144,14 @@ class RolloutMixin:
         return results
 
     async def generate_and_score(
-        self, rows: Sequence[dict], *, n: int, temperature: float, seed: int, model_scores: list | None = None
+        self,
+        rows: Sequence[dict],
+        *,
+        n: int,
+        temperature: float,
+        seed: int,
+        model_scores: list | None = None,
+        logprobs: bool = False,
     ) -> ScoredGeneration:
         """``generate`` + ``score`` with the scoring streamed: engine e's completions go to the scorer (in a worker
         thread, one part at a time) as soon as engine e returns, while the other engines still generate.
@@ -124,7 +162,7 @@ class RolloutMixin:
         there is one, scores all completions after the last engine returned (``model_scores`` in engine order).
         """
         start = time.perf_counter()
-        refs, bounds = self.start_generation(rows, n=n, temperature=temperature, seed=seed)
+        refs, bounds = self.start_generation(rows, n=n, temperature=temperature, seed=seed, logprobs=logprobs)
         one_scorer_at_a_time = asyncio.Lock()  # a user reward function need not be thread-safe
         returned_at: list[float] = []  # when each engine returned
         scoring_spans: list[tuple[float, float]] = []  # (begin, end) of each scorer call; disjoint (the lock)
@@ -149,6 +187,18 @@ class RolloutMixin:
         overlapped = sum(max(0.0, min(stop, generated) - begin) for begin, stop in scoring_spans)
         return ScoredGeneration(completions, results, generated - start, end - generated, overlapped)
 
+    async def eval_set(self, name: str, rows: Sequence[dict]) -> EvalSet:
+        """Evaluate one eval set: the first ``eval_max_prompts`` rows, ``eval_n_samples`` samples each at
+        ``eval_temperature``, seeded by ``(seed, "eval", name)``, scored (streamed) by the training scorer.
+        The trainer's in-loop eval and ``python -m reasonrl.eval`` both call this, so they agree."""
+        from reasonrl.eval_metrics import vote_keys
+
+        cfg = self.cfg
+        rows = list(rows)[: cfg.eval_max_prompts] if cfg.eval_max_prompts else list(rows)
+        seed = derive_seed(cfg.seed, "eval", name)
+        scored = await self.generate_and_score(rows, n=cfg.eval_n_samples, temperature=cfg.eval_temperature, seed=seed)
+        return EvalSet(rows, scored.completions, scored.results, vote_keys(scored.results))
+
     async def add_reward_model_scores(
         self, completions: Sequence[Completion], results: Sequence, model_scores: list | None = None
     ) -> None:
@@ -169,7 +219,7 @@ class RolloutMixin:
         if self.reward_model_encoder is not None:
             samples = self.reward_model_encoder(samples)
         group = self.roles.reward_model
-        parts = await _gather_refs(group.call_sharded_async("score", _split(samples, group.world_size)))
+        parts = await gather_all(group.call_sharded_async("score", _split(samples, group.world_size)))
         return torch.cat([p.float() for p in parts])
 
     async def greedy_baseline(self, rows: Sequence[dict], tries: int) -> list[float]:
@@ -202,7 +252,12 @@ class RolloutMixin:
                 self.check_stop("dynamic-sampling refills")
             seed = derive_seed(cfg.seed, "rollout", self.global_step, tries)
             scored = await self.generate_and_score(
-                rows, n=cfg.n_samples_per_prompt, temperature=cfg.temperature, seed=seed, model_scores=model_scores
+                rows,
+                n=cfg.n_samples_per_prompt,
+                temperature=cfg.temperature,
+                seed=seed,
+                model_scores=model_scores,
+                logprobs=cfg.rollout_correction != "off",  # the behaviour policy's log-probs, for the correction
             )
             completions, results = scored.completions, scored.results
             gen_s += scored.generate_s
@@ -264,15 +319,31 @@ class RolloutMixin:
         } | repetition_stats([c.text for c in completions])
 
 
+def sample_records(completions, results, rows, *, limit: int | None = None, keys=None, **fields) -> list[dict]:
+    """One JSON-ready row per scored sample (the first ``limit``): ``fields`` (e.g. ``split``), then the prompt and
+    sample index, id, question, completion, finish reason and length, extracted answer (and its vote key when
+    ``keys`` are given), gold, verdict, reward and reward-model score. ``rows[i]`` is sample i's data row."""
+    out = []
+    for i, (c, r, row) in enumerate(list(zip(completions, results, rows, strict=True))[:limit]):
+        gold = row.get("answer")
+        record = dict(fields)
+        record |= {"prompt_index": c.prompt_index, "sample_index": c.sample_index, "id": row.get("id")}
+        record |= {"question": row.get("question"), "completion": c.text, "finish_reason": c.finish_reason}
+        record |= {"response_tokens": len(c.token_ids), "extracted": getattr(r, "extracted", None)}
+        if keys is not None:
+            record["vote_key"] = keys[i]
+        record |= {"gold": None if gold is None else str(gold), "correct": bool(r.correct)}
+        record |= {"reason": getattr(r, "reason", None), "reward": float(r.reward)}
+        record["model_score"] = getattr(r, "model_score", None)
+        out.append(record)
+    return out
+
+
 def _with_prompt_offset(part: Sequence[Completion], offset: int) -> list[Completion]:
     """One engine's completions with prompt_index counted in the full row list (the engine got rows[offset:])."""
     for c in part:
         c.prompt_index += offset
     return list(part)
-
-
-async def _gather_refs(refs: Sequence) -> list:
-    return list(await asyncio.gather(*refs))
 
 
 def _split(items: Sequence, num_parts: int) -> list[list]:

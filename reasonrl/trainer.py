@@ -29,12 +29,11 @@ from reasonrl import algos
 from reasonrl.data.sampler import PromptSampler
 from reasonrl.distributed.phases import Phase, PhaseMachine
 from reasonrl.distributed.weight_sync import WeightSyncer, resolve_transport, resolve_verify_source
-from reasonrl.distributed.worker_group import put_per_rank
-from reasonrl.experience import Experience, rank_mini_batches, stitch_rank_outputs
+from reasonrl.distributed.worker_group import gather_all, put_per_rank
+from reasonrl.experience import Experience, mini_batch_counts, rank_mini_batches, stitch_rank_outputs
 from reasonrl.learning_signal import NoSignalMonitor, no_signal_reason, step_advantages
-from reasonrl.rollout import Rollout, RolloutMixin
+from reasonrl.rollout import Rollout, RolloutMixin, sample_records
 from reasonrl.types import Completion
-from reasonrl.utils.rng import derive_seed
 
 
 @dataclasses.dataclass
@@ -245,6 +244,10 @@ class PPOTrainer(RolloutMixin):
         width = int(lengths.max())
         action_mask = torch.arange(width)[None, :] < lengths[:, None]  # [batch, T]: no holes (RaggedShard relies)
         exp = Experience(samples=samples, action_mask=action_mask)
+        if self.cfg.rollout_correction != "off":  # the engines' log-probs of the sampled tokens: [batch, T]
+            exp.rollout_logprobs = torch.zeros(len(completions), width)
+            for i, c in enumerate(completions):
+                exp.rollout_logprobs[i, : len(c.token_ids)] = torch.tensor(c.logprobs, dtype=torch.float32)
         calls = {}  # role -> (group, method, args)
         if not cfg.reuses_current_logprobs:  # else the update takes its own log-probs (cfg.reuses_current_logprobs)
             calls["policy"] = (roles.policy, "ragged_logprobs", (cfg.temperature,))
@@ -257,13 +260,9 @@ class PPOTrainer(RolloutMixin):
         async def job(group, method, args):
             """The role's output in batch order: each rank's flat output placed back at its shard's rows."""
             if group.world_size not in token_shards:
-                shards = exp.shard_indices(group.world_size)
-                token_shards[group.world_size] = (
-                    shards,
-                    put_per_rank([exp.ragged(i, with_fields=False) for i in shards]),
-                )
+                token_shards[group.world_size] = put_rank_shards(exp, group.world_size, with_fields=False)
             shards, refs = token_shards[group.world_size]
-            parts = await _gather_refs(group.call_sharded_async(method, refs, *args))
+            parts = await gather_all(group.call_sharded_async(method, refs, *args))
             return stitch_rank_outputs([p[0] if isinstance(p, tuple) else p for p in parts], lengths, width, shards)
 
         if cfg.colocate_all:
@@ -329,10 +328,9 @@ class PPOTrainer(RolloutMixin):
         step (``set_step_data``). Returns world size -> the sample indices of each rank's shard."""
         shards, refs = {}, {}
         for size in {g.world_size for g in groups}:
-            shards[size] = exp.shard_indices(size)
-            refs[size] = put_per_rank([exp.ragged(idx) for idx in shards[size]])
+            shards[size], refs[size] = put_rank_shards(exp, size, with_fields=True)
         calls = [g.call_sharded_async("set_step_data", refs[g.world_size], self.global_step) for g in groups]
-        await _gather_refs([ref for call in calls for ref in call])
+        await gather_all([ref for call in calls for ref in call])
         return shards
 
     async def update_role(self, role: str, shards: list[list[int]], lengths: Sequence[int]) -> dict[str, float]:
@@ -357,12 +355,11 @@ class PPOTrainer(RolloutMixin):
         for epoch in range(epochs):
             plan = rank_mini_batches(cfg, role, self.global_step, epoch, sizes, cfg.mini_batch_bounds(role))
             for per_rank in plan:
-                members = [lengths[shard[j]] for shard, local in zip(shards, per_rank, strict=True) for j in local]
-                g_tokens, g_seqs = sum(members), sum(1 for n in members if n > 0)
+                g_tokens, g_seqs = mini_batch_counts(shards, per_rank, lengths)
                 refs = group.call_sharded_async(
                     "update_mini_batch", per_rank, self.global_step, loss_cfg, g_tokens, g_seqs
                 )
-                per_step.append(await _gather_refs(refs))
+                per_step.append(await gather_all(refs))
                 tokens += g_tokens
         out = {f"{role}/{k}": v for k, v in _mean_metrics(per_step).items() if k not in ("tokens", "loss_share")}
         out[f"{role}/{'value_loss' if role == 'critic' else 'loss'}"] = sum(
@@ -405,35 +402,23 @@ class PPOTrainer(RolloutMixin):
 
     # ================================================================== evaluation
     async def evaluate(self) -> dict[str, float]:
-        """avg@k, pass@k and maj@k on every eval set (k = eval_n_samples at eval_temperature; maj@k only when the
-        scorer extracts answers: ``reasonrl.eval_metrics.vote_keys``); dumps the generations."""
-        from reasonrl.eval_metrics import summarize_eval, vote_keys
+        """avg@k, pass@k and maj@k on every eval set (``RolloutMixin.eval_set``: k = eval_n_samples at
+        eval_temperature; maj@k only when the scorer extracts answers); dumps the generations."""
+        from reasonrl.eval_metrics import summarize_eval
 
-        cfg, out = self.cfg, {}
+        out = {}
         for name, rows in self.eval_sets.items():
-            rows = list(rows)[: cfg.eval_max_prompts] if cfg.eval_max_prompts else list(rows)
-            seed = derive_seed(cfg.seed, "eval", name)
-            completions = await self.generate(rows, n=cfg.eval_n_samples, temperature=cfg.eval_temperature, seed=seed)
-            results = await self.score(completions, [rows[c.prompt_index] for c in completions])
-            per_prompt: list[list[bool]] = [[] for _ in rows]
-            keys = vote_keys(results)  # None: the scorer extracts no answers (no maj@k)
-            per_prompt_keys: list[list[str | None]] | None = None if keys is None else [[] for _ in rows]
-            for i, (c, r) in enumerate(zip(completions, results, strict=True)):
-                per_prompt[c.prompt_index].append(bool(r.correct))
-                if per_prompt_keys is not None:
-                    per_prompt_keys[c.prompt_index].append(keys[i])
-            summary = summarize_eval(per_prompt, cfg.eval_n_samples, per_prompt_keys)
+            scored = await self.eval_set(name, rows)
+            correct, keys = scored.per_prompt()
+            summary = summarize_eval(correct, self.cfg.eval_n_samples, keys)
             out |= {f"eval/{name}/{k}": float(v) for k, v in summary.items()}
-            rows_per_sample = [rows[c.prompt_index] for c in completions]
-            self.tracker.dump_generations(
-                self.global_step, _records(completions, results, rows_per_sample, limit=None, split=f"eval/{name}")
-            )
+            self.tracker.dump_generations(self.global_step, scored.records(split=f"eval/{name}"))
             logger.info(f"eval {name} @ step {self.global_step}: {summary}")
         return out
 
     def dump_generations(self, completions, results, rows, step: int) -> None:
         if self.cfg.dump_generations:
-            records = _records(completions, results, rows, limit=self.cfg.dump_generations, split="train")
+            records = sample_records(completions, results, rows, limit=self.cfg.dump_generations, split="train")
             self.tracker.dump_generations(step, records)
 
     # ================================================================== checkpoints
@@ -460,10 +445,10 @@ class PPOTrainer(RolloutMixin):
         try:
             await self.phases.enter(Phase.TRAINING)  # DeepSpeed saves the states from the devices
             tag = "ds"
-            await _gather_refs(self.roles.policy.call_async("save_checkpoint", str(staging / "policy"), tag))
+            await gather_all(self.roles.policy.call_async("save_checkpoint", str(staging / "policy"), tag))
             if self.roles.critic is not None:
-                await _gather_refs(self.roles.critic.call_async("save_checkpoint", str(staging / "critic"), tag))
-            await _gather_refs(self.roles.policy.call_async("export_hf", str(staging / "policy_hf")))
+                await gather_all(self.roles.critic.call_async("save_checkpoint", str(staging / "critic"), tag))
+            await gather_all(self.roles.policy.call_async("export_hf", str(staging / "policy_hf")))
             self.tokenizer.save_pretrained(staging / "policy_hf")
             save_trainer_state(staging, self.trainer_state())
             save_rng_state(staging / "rng_state.json")
@@ -481,9 +466,9 @@ class PPOTrainer(RolloutMixin):
         from reasonrl.utils.checkpoint import load_trainer_state
         from reasonrl.utils.rng import load_rng_state
 
-        await _gather_refs(self.roles.policy.call_async("load_checkpoint", str(path / "policy"), "ds"))
+        await gather_all(self.roles.policy.call_async("load_checkpoint", str(path / "policy"), "ds"))
         if self.roles.critic is not None:
-            await _gather_refs(self.roles.critic.call_async("load_checkpoint", str(path / "critic"), "ds"))
+            await gather_all(self.roles.critic.call_async("load_checkpoint", str(path / "critic"), "ds"))
         self.load_trainer_state(load_trainer_state(path))
         load_rng_state(path / "rng_state.json")
         logger.info(f"resumed from {path} at step {self.global_step}")
@@ -494,8 +479,12 @@ class _StepAbandoned(Exception):
     """A stop was asked before the step changed any state (weights, optimizer, controllers): the step is dropped."""
 
 
-async def _gather_refs(refs: Sequence) -> list:
-    return list(await asyncio.gather(*refs))
+def put_rank_shards(exp: Experience, world_size: int, *, with_fields: bool) -> tuple[list[list[int]], list]:
+    """``(indices, refs)``: each rank's token-balanced sample indices (``Experience.shard_indices``) and its
+    :class:`RaggedShard` put in the object store once (token ids only, or with every per-token field). The
+    forwards send token ids alone (the fields do not exist yet); the update sends both, once per step."""
+    shards = exp.shard_indices(world_size)
+    return shards, put_per_rank([exp.ragged(idx, with_fields=with_fields) for idx in shards])
 
 
 def _mean_metrics(per_step: Sequence[Sequence[dict]]) -> dict[str, float]:
@@ -516,25 +505,3 @@ def _mean_metrics(per_step: Sequence[Sequence[dict]]) -> dict[str, float]:
             sums[key] = sums.get(key, 0.0) + value
             counts[key] = counts.get(key, 0) + 1
     return {key: sums[key] / counts[key] for key in sums}
-
-
-def _records(completions, results, rows, limit: int | None, split: str) -> list[dict]:
-    out = []
-    for c, r, row in list(zip(completions, results, rows, strict=True))[:limit]:
-        out.append(
-            {
-                "split": split,
-                "id": row.get("id"),
-                "question": row.get("question"),
-                "gold": row.get("answer"),
-                "response": c.text,
-                "finish_reason": c.finish_reason,
-                "reward": float(r.reward),
-                "model_score": getattr(r, "model_score", None),
-                "correct": bool(r.correct),
-                "reason": getattr(r, "reason", None),
-                "extracted": getattr(r, "extracted", None),
-                "response_tokens": len(c.token_ids),
-            }
-        )
-    return out

@@ -100,7 +100,7 @@ def ds_workers(placement_group, tiny_model_dir):
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from reasonrl.distributed.deepspeed_engine import build_ds_config
+    from reasonrl.distributed.ds_config import build_ds_config
     from reasonrl.distributed.workers import DeepSpeedLMWorker
 
     world_size = 2
@@ -121,3 +121,19 @@ def ds_workers(placement_group, tiny_model_dir):
     yield workers
     for w in workers:
         ray.kill(w)
+
+
+@pytest.fixture
+def wandb_offline(tmp_path, monkeypatch):
+    """W&B in offline mode with its own files under tmp_path/wandb_settings (runs go to each run's log folder):
+    never the network, never the user's settings."""
+    pytest.importorskip("wandb", reason="the dev extra installs wandb (pip install 'reasonrl[wandb]')")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    settings = tmp_path / "wandb_settings"
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(settings / "config"))
+    monkeypatch.setenv("WANDB_CACHE_DIR", str(settings / "cache"))
+    monkeypatch.setenv("WANDB_DATA_DIR", str(settings / "data"))
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    return tmp_path

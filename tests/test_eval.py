@@ -24,6 +24,7 @@ from reasonrl.eval import (
     write_outputs,
 )
 from reasonrl.rewards import RewardResult
+from reasonrl.rollout import EvalSet, RolloutMixin, ScoredGeneration
 from reasonrl.types import Completion
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,6 +44,7 @@ RECORD_FIELDS = {
     "correct",
     "reason",
     "reward",
+    "model_score",
 }
 
 
@@ -138,7 +140,8 @@ def sample_records():
         RewardResult(1.0, True, "correct", extracted="2"),
         RewardResult(0.0, False, "wrong", extracted="<i>", truncated=True),
     ]
-    return generation_records("toy", rows, ["P: 1+1=", "P: <b>x</b>?"], completions, results, ["2", "<i>"])
+    scored = EvalSet(rows, completions, results, ["2", "<i>"])
+    return generation_records("toy", scored, ["P: 1+1=", "P: <b>x</b>?"])
 
 
 def test_generation_records_fields():
@@ -172,8 +175,9 @@ def test_write_outputs(tmp_path):
     assert table.splitlines()[1].split() == ["toy", "0.5000", "0.5000", "0.5000", "2"]
 
 
-class InLoopEvalStub:
-    """What ``PPOTrainer.evaluate`` reads from its trainer: canned generations and verdicts (a logic unit test)."""
+class InLoopEvalStub(RolloutMixin):
+    """What ``PPOTrainer.evaluate`` reads from its trainer: canned generations and verdicts (a logic unit test);
+    ``eval_set`` is the real one."""
 
     def __init__(self, results):
         self.cfg = EvalConfig(eval_n_samples=2, eval_max_prompts=None, seed=0)
@@ -181,11 +185,11 @@ class InLoopEvalStub:
         self.results, self.global_step, self.dumped = results, 3, []
         self.tracker = types.SimpleNamespace(dump_generations=lambda step, records: self.dumped.append(records))
 
-    async def generate(self, rows, *, n, temperature, seed):
-        return [Completion(p, s, [0], [1], f"answer {p}.{s}", "stop") for p in range(len(rows)) for s in range(n)]
-
-    async def score(self, completions, rows):
-        return self.results
+    async def generate_and_score(self, rows, *, n, temperature, seed):
+        completions = [
+            Completion(p, s, [0], [1], f"answer {p}.{s}", "stop") for p in range(len(rows)) for s in range(n)
+        ]
+        return ScoredGeneration(completions, self.results, 0.0, 0.0, 0.0)
 
 
 def test_in_loop_eval_logs_maj_at_k_for_a_scorer_that_extracts_answers():

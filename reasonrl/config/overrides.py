@@ -154,11 +154,14 @@ def _parse_yaml(path: Path, text: str) -> Any:
         raise ConfigError([f"config={path}: invalid YAML: {exc}"], title="bad config") from None
 
 
-def config_file_overrides(cls: type, path: str | os.PathLike, *, python_only: Sequence[str] = ()) -> tuple[Path, dict]:
+def config_file_overrides(
+    cls: type, path: str | os.PathLike, *, python_only: Sequence[str] = (), any_class: bool = False
+) -> tuple[Path, dict]:
     """``(file, values)``: the field values of ``path`` (:func:`read_config_file`) for config class ``cls``, to apply
     with :func:`apply_overrides` (which checks names and types). The file's ``_class`` (written by ``save_json``)
-    must name ``cls`` or one of its parents; a Hugging Face model's config.json is refused with what to do
-    instead. ``python_only`` fields (in-memory data) may only be null in a file."""
+    must name ``cls`` or one of its parents (``any_class``: any class, e.g. evaluation reads any training run's
+    file); a Hugging Face model's config.json is refused with what to do instead. ``python_only`` fields
+    (in-memory data) may only be null in a file."""
     path, data = read_config_file(path)
     if "model_type" in data or "architectures" in data:
         raise ConfigError(
@@ -166,7 +169,7 @@ def config_file_overrides(cls: type, path: str | os.PathLike, *, python_only: Se
             title="bad config",
         )
     saved_class = data.get("_class")
-    if saved_class is not None and not _names_class_or_parent(str(saved_class), cls):
+    if saved_class is not None and not any_class and not _names_class_or_parent(str(saved_class), cls):
         parents = [k.__name__ for k in cls.__mro__[1:] if dataclasses.is_dataclass(k)]
         accepted = " or ".join([cls.__name__, *parents])
         raise ConfigError(

@@ -30,6 +30,7 @@ from reasonrl.config.names import (
     POLICY_LOSS_NAMES,
     PROMPT_TEMPLATES,
     RESUME_MODES,
+    ROLLOUT_CORRECTIONS,
     SYNC_TRANSPORTS,
     SYNC_VERIFY_SOURCES,
     TRACKERS,
@@ -117,6 +118,7 @@ def _check_names(cfg: BasePPOExpConfig) -> list[str]:
     for name, valid in (
         ("advantage_estimator", ADVANTAGE_ESTIMATOR_NAMES),
         ("policy_loss", POLICY_LOSS_NAMES),
+        ("rollout_correction", ROLLOUT_CORRECTIONS),
         ("agg_mode", AGG_MODE_NAMES),
         ("kl_mode", KL_MODES),
         ("kl_estimator", KL_ESTIMATOR_NAMES),
@@ -133,10 +135,7 @@ def _check_names(cfg: BasePPOExpConfig) -> list[str]:
         value = getattr(cfg, name)
         if value not in valid:
             problems.append(f"{name}={value!r} is unknown; valid: {', '.join(map(str, valid))}{_close(value, valid)}")
-    if cfg.tracker in ("wandb", "both") and importlib.util.find_spec("wandb") is None:
-        problems.append(
-            f"tracker={cfg.tracker!r} needs the wandb package: pip install 'reasonrl[wandb]' (or tracker=tensorboard)"
-        )
+    problems += tracker_problems(cfg.tracker)
     if cfg.device == "cpu" and cfg.attn_implementation == "flash_attention_2":
         problems.append("attn_implementation='flash_attention_2' needs a GPU: use attn_implementation=auto or sdpa")
     if cfg.attn_implementation == "flash_attention_2" and not cfg.bf16:
@@ -267,6 +266,13 @@ def _check_data(cfg: BasePPOExpConfig) -> list[str]:
     return problems
 
 
+def tracker_problems(tracker: str) -> list[str]:
+    """``tracker=wandb/both`` needs the wandb package (RL and SFT configs check it before anything starts)."""
+    if tracker in ("wandb", "both") and importlib.util.find_spec("wandb") is None:
+        return [f"tracker={tracker!r} needs the wandb package: pip install 'reasonrl[wandb]' (or tracker=tensorboard)"]
+    return []
+
+
 def _check_ranges(cfg: BasePPOExpConfig) -> list[str]:
     problems: list[str] = []
 
@@ -334,6 +340,10 @@ def _check_ranges(cfg: BasePPOExpConfig) -> list[str]:
     need("clip_eps_low", 0 < v.clip_eps_low <= 1, "must be in (0, 1] (1 = no lower bound)")
     need("clip_eps_high", 0 < v.clip_eps_high <= 10, "must be in (0, 10]; typical 0.2 (DAPO: 0.28)")
     need("dual_clip_c", v.dual_clip_c is None or v.dual_clip_c > 1, "must be > 1 (typical 3.0), or none for off")
+    need("rollout_correction_cap", v.rollout_correction_cap > 0, "must be > 0 (typical 2.0)")
+    lower, upper = v.rollout_correction_lower, v.rollout_correction_upper
+    need("rollout_correction_lower", lower is None or 0 <= lower <= 1, "must be in [0, 1] (a ratio bound), or none")
+    need("rollout_correction_upper", upper is None or upper >= 1, "must be >= 1 (a ratio bound), or none")
     need("value_clip", v.value_clip is None or v.value_clip > 0, "must be > 0, or none for an unclipped value loss")
     need("init_kl_coef", v.init_kl_coef >= 0, "must be >= 0")
     need("kl_target", v.kl_target is None or v.kl_target > 0, "must be > 0 (or none)")

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reasonrl.distributed import sync_group
+from reasonrl.distributed.worker_group import gather_all
 
 _LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
 
@@ -383,13 +384,13 @@ class WeightSyncer:
             _raise_failed(loads)  # an engine that failed to load a bucket stops the sync here
             if self.transport == "broadcast":
                 loads += [engine.receive_weights.remote(layout) for engine in self.engines]
-                sent = await _all(self.policy.call_async("send_bucket", names, "broadcast", keep, k == 0))
+                sent = await gather_all(self.policy.call_async("send_bucket", names, "broadcast", keep, k == 0))
             else:
-                sent = await _all(self.policy.call_async("send_bucket", names, "object_store", keep, k == 0))
-                await _all(loads)  # at most one bucket in flight per engine
+                sent = await gather_all(self.policy.call_async("send_bucket", names, "object_store", keep, k == 0))
+                await gather_all(loads)  # at most one bucket in flight per engine
                 loads = [engine.load_packed.remote(layout, sent[0]["ref"][0]) for engine in self.engines]
             gather_s += sent[0]["gather_s"]
-        await _all(loads)
+        await gather_all(loads)
         load_s = time.perf_counter() - start - gather_s
         verify_s, worst = 0.0, float("nan")
         if probe_ids is not None:
@@ -411,14 +412,14 @@ class WeightSyncer:
     async def _join(self) -> None:
         """The broadcast group: policy rank 0 (root, on its node's address) and every worker of every engine."""
         address, port = await self.policy.actors[0].master_address.remote()
-        workers = await _all([engine.num_workers.remote() for engine in self.engines])
+        workers = await gather_all([engine.num_workers.remote() for engine in self.engines])
         world_size = 1 + sum(workers)
         joins, first_rank = [], 1
         for engine, count in zip(self.engines, workers, strict=True):
             joins.append(engine.join_weight_group.remote(address, port, first_rank, world_size, self.backend))
             first_rank += count
         joins.append(self.policy.actors[0].join_weight_group.remote(address, port, world_size, self.timeout_s))
-        await _all(joins)
+        await gather_all(joins)
         self.joined = True
 
     async def _verify(self, probe_ids: list[int]) -> float:
@@ -428,17 +429,11 @@ class WeightSyncer:
         if self.verify_with == "sent_weights":  # rank 0 only; the engines score the probe meanwhile
             trainer = await self.policy.actors[0].sent_probe_logprobs.remote(probe_ids)
         else:  # collective: every rank
-            trainer = (await _all(self.policy.call_async("probe_logprobs", probe_ids)))[0]
+            trainer = (await gather_all(self.policy.call_async("probe_logprobs", probe_ids)))[0]
         if self.probe is None:  # bf16: verify the change across each sync (kernel noise exceeds one step's move)
             self.probe = DifferentialProbe(tol=self.tol, exact=self.exact)
-        repeat = await _all(repeat_refs) if repeat_refs is not None else None
-        return self.probe.check(await _all(engine_refs), trainer, engine_repeat=repeat)
-
-
-async def _all(refs: Sequence) -> list:
-    import asyncio
-
-    return list(await asyncio.gather(*refs))
+        repeat = await gather_all(repeat_refs) if repeat_refs is not None else None
+        return self.probe.check(await gather_all(engine_refs), trainer, engine_repeat=repeat)
 
 
 def _raise_failed(refs: Sequence) -> None:

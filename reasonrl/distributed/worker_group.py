@@ -13,10 +13,16 @@ roles (policy and critic of the same world size) and several calls.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from loguru import logger
+
+
+async def gather_all(refs: Sequence) -> list:
+    """Await every ref / awaitable at once (``asyncio.gather``); the results as a list, in order."""
+    return list(await asyncio.gather(*refs))
 
 
 def put_per_rank(items: Sequence) -> list:

@@ -13,7 +13,14 @@ from typing import Any
 
 from reasonrl.config.errors import ConfigError, _close
 from reasonrl.config.fields import _dat, _evl, _exp, _log, _mod, _opt, _res
-from reasonrl.config.names import ATTN_IMPLEMENTATIONS, DEVICES, LR_SCHEDULES, PROMPT_TEMPLATES, ZERO_STAGES
+from reasonrl.config.names import (
+    ATTN_IMPLEMENTATIONS,
+    DEVICES,
+    LR_SCHEDULES,
+    PROMPT_TEMPLATES,
+    TRACKERS,
+    ZERO_STAGES,
+)
 
 # In-memory data: set in Python only (not on the command line, not in a config= file, not in --help).
 PYTHON_ONLY_FIELDS = ("rows", "eval_rows", "generator")
@@ -30,6 +37,9 @@ NOT_WEIGHT_FIELDS = (
     "eval_rows",
     "eval_data",
     "progress_bar",
+    "tracker",
+    "wandb_project",
+    "wandb_run_name",
     "ray_address",
     "torch_threads",
     "ckpt_dir",
@@ -48,7 +58,9 @@ class SFTConfig:
     Subclass it for a recipe (``playground/sft_arith.py``) exactly like ``BasePPOExpConfig``."""
 
     pretrain: str = _mod(
-        "tiny", "model to fine-tune: a local HF folder, a Hub id in the local HF cache, or tiny / tiny-demo / smollm2"
+        "tiny",
+        "model to fine-tune: a local HF folder (an existing path wins), a Hub id owner/name or owner/name@revision "
+        "(from the HF cache; downloaded first unless HF_HUB_OFFLINE=1), or tiny / tiny-demo / smollm2",
     )
     output_dir: str = _exp("ckpt/sft_hf", "the exported Hugging Face folder (pretrain=<it> starts RL from it)")
     overwrite: bool = _exp(False, "replace an existing output_dir (else: refused before training)")
@@ -107,6 +119,11 @@ class SFTConfig:
     log_interval: int = _log(10, "log the training metrics every N steps")
     eval_interval: int = _evl(100, "held-out loss every N steps (0 = only before and after training)")
     progress_bar: bool = _log(True, "a tqdm progress bar on the driver")
+    tracker: str = _log(
+        "tensorboard", "where scalars go besides metrics.jsonl: tensorboard, wandb or both (as in RL configs)"
+    )
+    wandb_project: str = _log("reasonrl", "W&B project of the run (tracker=wandb/both)")
+    wandb_run_name: str | None = _log(None, "W&B run name; None = exp_name")
 
     @property
     def world_size(self) -> int:
@@ -171,6 +188,7 @@ class SFTConfig:
     def validate(self) -> None:
         """Raise :class:`ConfigError` listing every problem (field, value, fix); touches no heavy library."""
         from reasonrl.config.probes import _model_max_positions, _model_problems
+        from reasonrl.config.validate import tracker_problems
 
         problems = []
         ints = ("train_batch_size", "max_tokens_per_micro_batch", "max_prompt_len", "max_response_len", "num_epochs")
@@ -193,6 +211,7 @@ class SFTConfig:
             ("zero_stage", ZERO_STAGES),
             ("device", DEVICES),
             ("attn_implementation", ATTN_IMPLEMENTATIONS),
+            ("tracker", TRACKERS),
         ):
             if getattr(self, name) not in allowed:
                 value = getattr(self, name)
@@ -207,6 +226,7 @@ class SFTConfig:
             problems.append(f"torch_threads={self.torch_threads!r} must be >= 1 (or None)")
         if self.offload_optimizer and self.zero_stage == 0:
             problems.append("offload_optimizer=true needs zero_stage 1, 2 or 3 (ZeRO-0 keeps the optimizer on device)")
+        problems += tracker_problems(self.tracker)
         problems += _model_problems("pretrain", self.pretrain)
         context = _model_max_positions(self.pretrain)
         if context is not None and self.max_prompt_len + self.max_response_len > context:

@@ -279,6 +279,10 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
             progress_total=steps,
             progress_bar=cfg.progress_bar,
             start_step=start_step + 1 if resume_from else 0,  # a resumed run drops rows logged after its checkpoint
+            tracker=cfg.tracker,
+            wandb_project=cfg.wandb_project,
+            wandb_run_name=cfg.wandb_run_name,
+            run_config=cfg.to_dict(),
         )
         with tracker:
             tracker.log_table_at_start(json.dumps(cfg.to_dict(), indent=1, default=str))

@@ -52,6 +52,7 @@ def test_a_good_config_validates():
         (dict(keep_last_ckpts=0), r"keep_last_ckpts=0 must be >= 1"),
         (dict(torch_threads=0), r"torch_threads=0 must be >= 1"),
         (dict(offload_optimizer=True, zero_stage=0), r"offload_optimizer=true needs zero_stage 1, 2 or 3"),
+        (dict(tracker="wandbb"), r"tracker='wandbb' is not one of .*did you mean 'wandb'"),
         (dict(pretrain="tiny-demo"), r"max_prompt_len \+ max_response_len = 512 exceeds the 256-token context"),
         (dict(output_dir="ckpt/sft"), r"output_dir='ckpt/sft' overlaps the checkpoint folder"),
         (dict(output_dir="logs/sft_model"), r"output_dir='logs/sft_model' overlaps log_dir"),
@@ -128,7 +129,7 @@ def test_default_lr_suits_llms_and_the_demo_recipe_keeps_its_own():
     """SFTConfig's lr suits full fine-tuning of real LLMs; the 5M-parameter demo model's recipes keep 1e-3, so the
     cached ``arith-sft`` warm start (whose key hashes the lr) and the demo's result do not change."""
     from playground.sft_arith import SFTArithConfig
-    from reasonrl.models.warm_start import ArithWarmStartConfig
+    from reasonrl.sft.warm_start import ArithWarmStartConfig
 
     assert SFTConfig().lr == 1e-5
     assert ArithWarmStartConfig().lr == SFTArithConfig().lr == 1e-3

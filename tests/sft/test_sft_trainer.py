@@ -17,6 +17,11 @@ pytestmark = pytest.mark.integration
 TASK = ArithmeticTask(train_size=600, heldout_size=32, seed=1)
 
 
+def folders(root) -> list[str]:
+    """What a run left in ``root``, without W&B's own settings folder (the wandb_offline fixture puts it there)."""
+    return sorted(p.name for p in root.iterdir() if p.name != "wandb_settings")
+
+
 def heldout_nll(model_dir, rows) -> float:
     """Token-mean response NLL of ``rows`` with plain transformers (prompt positions masked with -100)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -32,7 +37,7 @@ def heldout_nll(model_dir, rows) -> float:
     return total / count
 
 
-def test_sft_two_ranks_zero3_learns_and_exports(ray_cluster, tiny_model_dir, tiny_tokenizer, tmp_path):
+def test_sft_two_ranks_zero3_learns_and_exports(ray_cluster, tiny_model_dir, tiny_tokenizer, tmp_path, wandb_offline):
     from transformers import AutoTokenizer
 
     out = tmp_path / "sft_model"
@@ -55,6 +60,7 @@ def test_sft_two_ranks_zero3_learns_and_exports(ray_cluster, tiny_model_dir, tin
         save_interval=6,
         ckpt_dir=str(tmp_path / "ckpt"),
         progress_bar=False,
+        tracker="both",  # W&B in offline mode (the wandb_offline fixture): no network
     )
     result = train_sft(cfg)
     assert result.steps == 12 and result.resumed_from_step == 0 and result.output_dir == out
@@ -63,7 +69,7 @@ def test_sft_two_ranks_zero3_learns_and_exports(ray_cluster, tiny_model_dir, tin
     for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "reasonrl_sft.json"):
         assert (out / name).is_file(), name
     assert json.loads((out / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]  # what vLLM reads
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "logs", "sft_model"], "no staging folder left"
+    assert folders(tmp_path) == ["ckpt", "logs", "sft_model"], "no staging folder left"
     assert AutoTokenizer.from_pretrained(out).eos_token_id == tiny_tokenizer.eos_token_id
 
     # The exported weights are the trained ones: plain transformers reproduces the final held-out loss.
@@ -74,6 +80,7 @@ def test_sft_two_ranks_zero3_learns_and_exports(ray_cluster, tiny_model_dir, tin
     assert [r["step"] for r in rows if "eval/heldout/loss" in r] == [0, 6, 12]
     assert all(r["sft/grad_norm"] > 0 for r in rows if "sft/grad_norm" in r)
     assert (run_dir / "summary.png").is_file() and "sft/loss" in (run_dir / "summary.html").read_text()
+    assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1  # tracker=both: W&B next to TensorBoard
 
     # Resume: a run continued from the step-6 checkpoint repeats steps 7-12 of the uninterrupted run exactly.
     assert [p.name for p in (tmp_path / "ckpt" / "sft_test").iterdir()] == ["step_6"]
@@ -104,4 +111,4 @@ def test_sft_two_ranks_zero3_learns_and_exports(ray_cluster, tiny_model_dir, tin
     assert first["sft/loss"] == pytest.approx(losses[1], rel=1e-5)
     assert first["sft/grad_norm"] == pytest.approx(grad_norm_step_1, rel=1e-4)
     assert json.loads((out / "reasonrl_sft.json").read_text())["result"]["steps"] == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "logs", "resumed_model", "sft_model"]
+    assert folders(tmp_path) == ["ckpt", "logs", "resumed_model", "sft_model"]

@@ -9,22 +9,9 @@ import textwrap
 import pytest
 
 from reasonrl.config import BasePPOExpConfig, ConfigError
-from reasonrl.utils.tracking import Tracker, read_metrics
+from reasonrl.utils.metrics_file import read_metrics
+from reasonrl.utils.tracking import Tracker
 from reasonrl.utils.wandb_logger import RUN_ID_FILE
-
-
-@pytest.fixture
-def wandb_offline(tmp_path, monkeypatch):
-    """W&B in offline mode with every file under tmp_path: never the network, never the user's settings."""
-    pytest.importorskip("wandb", reason="the dev extra installs wandb (pip install 'reasonrl[wandb]')")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb_config"))
-    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb_cache"))
-    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb_data"))
-    monkeypatch.delenv("WANDB_DIR", raising=False)
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    return tmp_path
 
 
 def offline_runs(run_dir):
