@@ -83,6 +83,8 @@ class BasePPOExp:
         def load_tokenizer():  # after the data hooks passed: a data mistake is reported before torch is imported
             from transformers import AutoTokenizer
 
+            import reasonrl.sft.warm_start  # noqa: F401  fills the offline-model registry before a model is resolved
+
             return AutoTokenizer.from_pretrained(cfg.resolve_model_path(cfg.pretrain))
 
         with contextlib.ExitStack() as stack:
@@ -356,6 +358,7 @@ def start_vllm_engines(cfg: BasePPOExpConfig, placement, stack: contextlib.ExitS
         tensor_parallel_size=cfg.vllm_tensor_parallel_size,
         gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
         enable_sleep_mode=cfg.vllm_enable_sleep,
+        processed_logprobs=cfg.rollout_correction != "off",  # log-probs after temperature, as the trainer's
         seed=cfg.seed,
     )
     stack.callback(_logged, lambda: _shutdown_engines(engines))

@@ -75,7 +75,7 @@ def test_good_config_with_model_folder_and_cluster(tmp_path):
 # (id, overrides (or a function of tmp_path returning them), regex the message must match, fields it must name;
 # an empty list means: every overridden field)
 BAD_CONFIGS = [
-    ("no-pretrain", dict(pretrain=None), r"pretrain is not set.*pretrain=tiny.*huggingface-cli download", ["pretrain"]),
+    ("no-pretrain", dict(pretrain=None), r"pretrain is not set.*pretrain=tiny.*hf download", ["pretrain"]),
     ("missing-path", dict(pretrain="/no/such/model"), r"does not exist.*pretrain=/path/to/hf_folder", ["pretrain"]),
     ("hub-id-not-cached", dict(pretrain="SomeOrg/NotCached-7B"), r"Hugging Face Hub id.*local HF cache", ["pretrain"]),
     ("folder-no-config", lambda tmp: dict(pretrain=str(tmp)), r"folder without config\.json", ["pretrain"]),
@@ -85,6 +85,15 @@ BAD_CONFIGS = [
     ("train-data", dict(train_data=["nope_set"]), r"train_data: 'nope_set' is neither a built-in", []),
     ("eval-data-typo", dict(eval_data=["gsm8k_tset"]), r"did you mean 'gsm8k_test'", ["eval_data"]),
     ("empty-train", dict(train_data=[]), r"train_data is empty", []),
+    ("rollout-correction", dict(rollout_correction="tis"), r"rollout_correction='tis' is unknown", []),
+    ("correction-cap", dict(rollout_correction_cap=0.0), r"rollout_correction_cap=0.0: must be > 0", []),
+    ("correction-bounds", dict(rollout_correction_upper=0.5), r"rollout_correction_upper=0.5: must be >= 1", []),
+    (
+        "correction-top-p",
+        dict(rollout_correction="token_tis", top_p=0.9),
+        r"renormalised over the top-p/top-k tokens.*set top_p=1.0 and top_k=0",
+        [],
+    ),
     (
         "estimator",
         dict(advantage_estimator="grpoo"),
@@ -294,13 +303,14 @@ def test_import_reads_no_environment():
 def test_known_names_equal_the_registries():
     from reasonrl import algos
     from reasonrl.data import ORZ_STOP, get_template
-    from reasonrl.distributed.deepspeed_engine import SCHEDULES
+    from reasonrl.distributed.optim_setup import SCHEDULES
     from reasonrl.distributed.weight_sync import TRANSPORTS, VERIFY_SOURCES
 
     assert set(config_mod.SYNC_TRANSPORTS) == {"auto", *TRANSPORTS}
     assert set(config_mod.SYNC_VERIFY_SOURCES) == {"auto", *VERIFY_SOURCES}
     assert set(config_mod.ADVANTAGE_ESTIMATOR_NAMES) == set(algos.ADVANTAGE_ESTIMATORS)
     assert set(config_mod.POLICY_LOSS_NAMES) == set(algos.POLICY_LOSSES)
+    assert set(config_mod.ROLLOUT_CORRECTIONS) == {"off", "monitor"} | set(algos.ROLLOUT_CORRECTION_MODES) - {"none"}
     assert tuple(config_mod.AGG_MODE_NAMES) == tuple(algos.AGG_MODES)
     assert set(config_mod.KL_ESTIMATOR_NAMES) == set(algos.kl_estimator_names())
     assert set(config_mod.LR_SCHEDULES) == set(SCHEDULES)
@@ -312,26 +322,6 @@ def test_known_names_equal_the_registries():
             get_template(name)
     for name in config_mod.GROUP_ESTIMATORS:
         assert name in algos.ADVANTAGE_ESTIMATORS
-
-
-def test_offline_model_context_lengths():
-    from reasonrl.models.named import OFFLINE_MODEL_NAMES
-    from reasonrl.models.smollm2 import FOLDER_NAME
-    from reasonrl.models.tiny import DEMO_SPEC, TinyModelSpec
-    from reasonrl.utils.paths import cache_root
-
-    assert tuple(config_mod.OFFLINE_MODELS) == OFFLINE_MODEL_NAMES  # the light mirror names every offline model
-    assert config_mod.OFFLINE_MODELS["tiny"] == TinyModelSpec().max_position_embeddings
-    # arith-sft is tiny-demo fine-tuned: same architecture, same context length
-    assert (
-        config_mod.OFFLINE_MODELS["tiny-demo"]
-        == config_mod.OFFLINE_MODELS["arith-sft"]
-        == DEMO_SPEC.max_position_embeddings
-    )
-    converted = cache_root() / "models" / FOLDER_NAME / "config.json"
-    if not converted.is_file():
-        pytest.skip("SmolLM2 not converted on this machine (python -m reasonrl.prepare)")
-    assert config_mod.OFFLINE_MODELS["smollm2"] == json.loads(converted.read_text())["max_position_embeddings"]
 
 
 # ------------------------------------------------------------------------------------------------- overrides

@@ -20,10 +20,13 @@ import pytest
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 from reasonrl.exp import BasePPOExp
 from reasonrl.exp_hooks import build_inputs
+from reasonrl.models import named as _named  # noqa: F401  registers pretrain=tiny (resolved below, outside run())
 from reasonrl.scoring import UserFnScorer
 from reasonrl.trainer import PPOTrainer, Roles
 from reasonrl.utils.checkpoint import CheckpointManager
-from reasonrl.utils.tracking import Tracker, known_scalar, metrics_by_step, read_metrics
+from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
+from reasonrl.utils.scalars import known_scalar
+from reasonrl.utils.tracking import Tracker
 
 pytestmark = pytest.mark.integration
 FIXTURES = Path(__file__).parent / "fixtures" / "toy_rewards.py"
@@ -188,3 +191,17 @@ def test_kl_loss_and_adaptive_entropy_bonus(stack, tmp_path):
     assert rows[1]["entropy/coef"] > 1e-3 and rows[2]["entropy/coef"] > rows[1]["entropy/coef"]
     assert rows[2]["policy/entropy"] > 0 and "policy/kl" in rows[2]
     trained(rows[2])
+
+
+def test_rollout_correction_weighs_the_loss_by_the_engine_trainer_ratio(stack, tmp_path):
+    """token_tis in the loop: the engine's log-probs of the sampled tokens come back with the completions, the
+    policy worker compares them with its own and logs the mismatch; the engine runs fp32 like the trainer and
+    receives verified weights after each update, so both policies agree (ratio 1, KL 0) at every step."""
+    rows, _ = run_feature(stack, tmp_path, kl_mode="none", rollout_correction="token_tis", max_steps=2)
+    for step in (1, 2):
+        row = rows[step]
+        trained(row)
+        assert abs(row["policy/rollout_corr/ratio_mean"] - 1.0) < 1e-3, row
+        assert 0.0 <= row["policy/rollout_corr/kl_k3"] < 1e-4, row
+        assert row["policy/rollout_corr/logp_abs_diff_max"] < 1e-2, row
+        assert row["policy/rollout_corr/truncated_token_frac"] == 0.0  # no ratio near the cap of 2

@@ -8,6 +8,7 @@ Modules, one job each:
 * ``kl``            KL estimators (``KL_ESTIMATORS``), KL loss / KL-in-reward, KL controllers
 * ``entropy``       chunked entropy from logits, entropy bonus, Skywork-OR1 adaptive entropy controller
 * ``dapo``          DAPO soft overlong punishment and zero-variance group filter
+* ``rollout_correction`` rollout-vs-trainer importance weights (TIS / MIS, ``ROLLOUT_CORRECTION_MODES``) and metrics
 * ``utils``         masked statistics, whitening, prompt-group statistics
 
 Tensor conventions: token tensors are [batch, seq] over response tokens, ``action_mask`` [batch, seq] (1 = real
@@ -50,6 +51,13 @@ from reasonrl.algos.policy_losses import (
     reinforce_policy_loss,
     value_loss,
 )
+from reasonrl.algos.rollout_correction import (
+    ROLLOUT_CORRECTION_MODES,
+    check_rollout_correction_mode,
+    rollout_correction,
+    rollout_correction_metrics,
+    rollout_log_ratio,
+)
 from reasonrl.algos.utils import (
     group_stats,
     masked_mean,
@@ -66,12 +74,14 @@ __all__ = [
     "BASELINE_ESTIMATORS",
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
+    "ROLLOUT_CORRECTION_MODES",
     "WHITENED_BY_DEFINITION",
     "AdaptiveEntropyController",
     "AdaptiveKLController",
     "FixedKLController",
     "aggregate_loss",
     "check_agg_mode",
+    "check_rollout_correction_mode",
     "cispo_policy_loss",
     "compute_advantages",
     "count_tokens_and_seqs",
@@ -102,6 +112,9 @@ __all__ = [
     "reinforce_policy_loss",
     "remax_advantages",
     "rloo_advantages",
+    "rollout_correction",
+    "rollout_correction_metrics",
+    "rollout_log_ratio",
     "soft_overlong_punishment",
     "value_loss",
     "zero_variance_groups",

@@ -10,6 +10,7 @@ Every policy loss has the same signature so the trainer can call any of them by 
         clip_low=0.2, clip_high=0.2,   # eps_low / eps_high (clip-higher, DAPO arXiv:2503.14476)
         dual_clip_c=None,              # constant c > 1 of dual-clip PPO (ppo only; None = off)
         agg_mode="token-mean", global_num_tokens=None, global_num_seqs=None, norm_constant=None,
+        token_weights=None,            # [batch, seq] detached loss multipliers (rollout correction); None = 1
     )
 
 The per-token loss matrix is reduced with ``aggregate_loss`` (see ``aggregation.py``). Hyper-parameters a loss
@@ -62,6 +63,17 @@ def _check_shapes(mask: torch.Tensor, **tensors: torch.Tensor | None) -> torch.T
     return mask.bool()
 
 
+def _weighted(loss_mat: torch.Tensor, token_weights: torch.Tensor | None) -> torch.Tensor:
+    """``loss_mat * token_weights`` per token (detached weights, e.g. rollout-policy correction:
+    :mod:`reasonrl.algos.rollout_correction`); ``None`` = weight 1. The aggregation still counts every token of
+    the action mask, so a token of weight 0 adds 0 to the numerator and 1 to the token count (as TRL does)."""
+    if token_weights is None:
+        return loss_mat
+    if token_weights.shape != loss_mat.shape:
+        raise ValueError(f"token_weights {tuple(token_weights.shape)} != loss {tuple(loss_mat.shape)} [batch, seq]")
+    return loss_mat * token_weights.detach().to(loss_mat)
+
+
 def ppo_policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -75,6 +87,7 @@ def ppo_policy_loss(
     global_num_tokens: int | float | torch.Tensor | None = None,
     global_num_seqs: int | float | torch.Tensor | None = None,
     norm_constant: float | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate (Schulman et al. 2017, arXiv:1707.06347) with clip-higher and optional dual-clip.
 
@@ -102,6 +115,7 @@ def ppo_policy_loss(
         loss_dual = -adv * dual_clip_c
         dual_active = (adv < 0) & (loss_dual < loss_mat)
         loss_mat = torch.where(adv < 0, torch.minimum(loss_mat, loss_dual), loss_mat)
+    loss_mat = _weighted(loss_mat, token_weights)
     loss = aggregate_loss(loss_mat, mask, agg_mode, global_num_tokens, global_num_seqs, norm_constant)
 
     with torch.no_grad():
@@ -131,6 +145,7 @@ def gspo_policy_loss(
     global_num_tokens: int | float | torch.Tensor | None = None,
     global_num_seqs: int | float | torch.Tensor | None = None,
     norm_constant: float | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GSPO, Group Sequence Policy Optimization (Zheng et al. 2025, arXiv:2507.18071), token-level form.
 
@@ -154,6 +169,7 @@ def gspo_policy_loss(
     loss_unclipped = -adv * seq_ratio
     loss_clipped = -adv * seq_ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     loss_mat = torch.maximum(loss_unclipped, loss_clipped)
+    loss_mat = _weighted(loss_mat, token_weights)
     loss = aggregate_loss(loss_mat, mask, agg_mode, global_num_tokens, global_num_seqs, norm_constant)
 
     with torch.no_grad():
@@ -184,6 +200,7 @@ def cispo_policy_loss(
     global_num_tokens: int | float | torch.Tensor | None = None,
     global_num_seqs: int | float | torch.Tensor | None = None,
     norm_constant: float | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """CISPO, Clipped IS-weight Policy Optimization (MiniMax-M1 report, arXiv:2506.13585).
 
@@ -200,6 +217,7 @@ def cispo_policy_loss(
     ratio = log_ratio.detach().exp()  # [batch, seq], no grad
     weight = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     loss_mat = -weight * adv * logprobs
+    loss_mat = _weighted(loss_mat, token_weights)
     loss = aggregate_loss(loss_mat, mask, agg_mode, global_num_tokens, global_num_seqs, norm_constant)
 
     with torch.no_grad():
@@ -227,6 +245,7 @@ def reinforce_policy_loss(
     global_num_tokens: int | float | torch.Tensor | None = None,
     global_num_seqs: int | float | torch.Tensor | None = None,
     norm_constant: float | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Vanilla REINFORCE (Williams 1992): L = -A * logp per token.
 
@@ -236,6 +255,7 @@ def reinforce_policy_loss(
     """
     mask = _check_shapes(action_mask, logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages)
     loss_mat = -advantages.detach() * logprobs
+    loss_mat = _weighted(loss_mat, token_weights)
     loss = aggregate_loss(loss_mat, mask, agg_mode, global_num_tokens, global_num_seqs, norm_constant)
     metrics: dict[str, torch.Tensor] = {}
     if old_logprobs is not None:

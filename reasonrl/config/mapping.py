@@ -106,6 +106,10 @@ def policy_loss_config(cfg: BasePPOExpConfig):
         entropy_coef=cfg.entropy_coef,
         temperature=cfg.temperature,
         reuse_current_logprobs=cfg.reuses_current_logprobs,
+        rollout_correction=cfg.rollout_correction,
+        rollout_correction_cap=cfg.rollout_correction_cap,
+        rollout_correction_lower=cfg.rollout_correction_lower,
+        rollout_correction_upper=cfg.rollout_correction_upper,
     )
 
 

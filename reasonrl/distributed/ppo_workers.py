@@ -25,6 +25,8 @@ from loguru import logger
 
 from reasonrl.distributed import deepspeed_engine as ds
 from reasonrl.distributed import hf_export
+from reasonrl.distributed.ds_config import build_ds_config
+from reasonrl.distributed.optim_setup import make_lr_scheduler
 from reasonrl.distributed.platform import dist_backend
 from reasonrl.distributed.workers import DistributedWorker
 from reasonrl.experience import Experience, RaggedShard, Sample, flatten_padded
@@ -70,6 +72,12 @@ class PolicyLossConfig:
     # The old policy is the current one (one optimizer step per rollout): take the update's own log-probs,
     # detached, as the PPO ratio's denominator instead of a separate forward (the ratio is exactly 1).
     reuse_current_logprobs: bool = False
+    # Rollout-policy correction (reasonrl.algos.rollout_correction) against the engine's log-probs of the sampled
+    # tokens: "off", "monitor" (metrics only, weight 1), or a mode of ROLLOUT_CORRECTION_MODES other than "none".
+    rollout_correction: str = "off"
+    rollout_correction_cap: float = 2.0
+    rollout_correction_lower: float | None = None
+    rollout_correction_upper: float | None = None
 
 
 @dataclasses.dataclass
@@ -157,7 +165,7 @@ class _ModelWorker(DistributedWorker):
 
     def _train_ds_config(self, micro_batch_size: int = 1) -> dict[str, Any]:
         c = self.config
-        return ds.build_ds_config(
+        return build_ds_config(
             zero_stage=c.zero_stage,
             bf16=c.bf16,
             world_size=self.world_size,
@@ -172,7 +180,7 @@ class _ModelWorker(DistributedWorker):
             ds.enable_gradient_checkpointing(model)
         ds_config = self._train_ds_config()
         optimizer = ds.make_optimizer(model, lr=c.lr, weight_decay=c.weight_decay, ds_config=ds_config)
-        scheduler = ds.make_lr_scheduler(optimizer, c.warmup_steps, c.total_steps, schedule=c.lr_schedule)
+        scheduler = make_lr_scheduler(optimizer, c.warmup_steps, c.total_steps, schedule=c.lr_schedule)
         self.engine = ds.initialize(model, ds_config, optimizer, lr_scheduler=scheduler)
 
     def offload(self) -> list[str]:
@@ -203,7 +211,7 @@ class _ModelWorker(DistributedWorker):
 
     def _frozen_ds_config(self) -> dict[str, Any]:
         c = self.config
-        return ds.build_ds_config(
+        return build_ds_config(
             zero_stage=c.zero_stage,
             bf16=c.bf16,
             world_size=self.world_size,
@@ -274,6 +282,7 @@ class PolicyWorker(_ModelWorker):
                     raise ValueError("update: experience has no old_logprobs and reuse_current_logprobs is False")
                 else:
                     old = mb.old_logprobs.to(logprobs)
+                token_weights, correction_stats = _rollout_correction(cfg, old, mb.rollout_logprobs, mask)
                 loss, stats = loss_fn(
                     logprobs,
                     old,
@@ -282,8 +291,10 @@ class PolicyWorker(_ModelWorker):
                     clip_low=cfg.clip_low,
                     clip_high=cfg.clip_high,
                     dual_clip_c=cfg.dual_clip_c,
+                    token_weights=token_weights,
                     **dict(zip(AGG_KWARGS, agg, strict=True)),
                 )
+                stats |= correction_stats
                 if cfg.kl_loss_coef:
                     ref = mb.ref_logprobs.to(logprobs)
                     kl, kl_stats = kl_loss(
@@ -492,6 +503,32 @@ def _stitch(worker, samples, forward) -> list[torch.Tensor | None]:
                 if out is not None:
                     out[idx, : r.shape[1]] = r.float().cpu()
     return outputs or [torch.zeros(len(samples), width)]
+
+
+def _rollout_correction(cfg: PolicyLossConfig, old_logprobs, rollout_logprobs, mask):
+    """``(token_weights or None, metrics)`` of one micro-batch: the rollout-policy correction of the policy loss
+    (``reasonrl.algos.rollout_correction``: the trainer's ``old_logprobs`` [batch, T] against the engine's
+    ``rollout_logprobs`` [batch, T]). Every mode works per sequence, and a micro-batch holds whole sequences, so
+    the weights equal those of the full batch. ``off``: no weights, no metrics; ``monitor``: metrics, weight 1."""
+    if cfg.rollout_correction == "off":
+        return None, {}
+    if rollout_logprobs is None:
+        raise ValueError(
+            f"rollout_correction={cfg.rollout_correction!r} needs the engines' log-probs, and the experience has none"
+        )
+    from reasonrl.algos import rollout_correction
+
+    mode = "none" if cfg.rollout_correction == "monitor" else cfg.rollout_correction
+    weights, _, metrics = rollout_correction(
+        old_logprobs.detach(),
+        rollout_logprobs.to(old_logprobs),
+        mask,
+        mode,
+        cfg.rollout_correction_cap,
+        cfg.rollout_correction_lower,
+        cfg.rollout_correction_upper,
+    )
+    return (None if mode == "none" else weights), metrics
 
 
 def _accumulate(total: dict[str, float], stats: dict[str, Any], weight: int) -> None:

@@ -31,8 +31,9 @@ class SamplingConfig:
     """Sampling settings of one generate call (mapped 1:1 onto ``vllm.SamplingParams``).
 
     ``seed`` makes sampling reproducible: request ``i`` of a call uses ``seed + i`` so that every prompt gets its
-    own stream, independent of batching. ``logprobs=True`` returns the sampled token's log-probability under the
-    raw model distribution (vLLM's default ``raw_logprobs`` mode: before temperature / top-p / top-k).
+    own stream, independent of batching. ``logprobs=True`` returns the sampled token's log-probability: under the
+    raw model distribution (vLLM's default ``raw_logprobs`` mode: before temperature / top-p / top-k), or after
+    them for an engine started with ``processed_logprobs=True``.
     """
 
     n: int = 1
@@ -63,8 +64,12 @@ class VLLMEngine:
         enable_prefix_caching: bool = True,
         enforce_eager: bool | None = None,
         enable_sleep_mode: bool | None = None,
+        processed_logprobs: bool = False,
         extra_engine_kwargs: dict[str, Any] | None = None,
     ):
+        """``processed_logprobs``: sampled-token log-probs after temperature (and top-k / top-p), i.e. of the
+        distribution the token was drawn from, as the trainer recomputes it (rollout-policy correction); off, vLLM
+        returns the raw model's log-probs (its default: its processed mode skips the fastest GPU sampler)."""
         apply_runtime_env()  # before vllm is imported: CPU KV-cache size, in-process engine on CPU, ...
         install_worker_log_sink(type(self).__name__)  # WARNING+ lines into the run's train.log
         from vllm import LLM
@@ -89,6 +94,8 @@ class VLLMEngine:
         if tensor_parallel_size > 1:
             kwargs["distributed_executor_backend"] = _tp_backend(self.on_gpu)
         kwargs["worker_extension_cls"] = f"{__name__}.{WeightBroadcastReceiver.__qualname__}"
+        if processed_logprobs:
+            kwargs["logprobs_mode"] = "processed_logprobs"
         kwargs |= extra_engine_kwargs or {}
         start = time.perf_counter()
         self.llm = LLM(**kwargs)

@@ -195,3 +195,27 @@ def test_value_loss_without_clipping_and_masking():
     (grad,) = torch.autograd.grad(loss, values)
     assert_close(grad, torch.tensor([[-2.0, 0.0]]))
     assert m["vf_clipfrac"].item() == 0.0
+
+
+@pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
+def test_token_weights_scale_each_token_of_the_loss_and_its_gradient(name):
+    """Rollout correction: the loss with weights w equals the token-wise weighted loss; w = 1 changes nothing,
+    w = 0 removes a token's gradient but keeps it in the token count (token-mean divides by 4 either way)."""
+    fn = get_policy_loss(name)
+    weights = torch.tensor([[1.0, 0.5, 0.0, 2.0]])
+    logp = _logp()
+    plain, _ = fn(logp, OLD, ADV, MASK)
+    same, _ = fn(logp, OLD, ADV, MASK, token_weights=torch.ones(1, 4))
+    assert_close(same, plain)
+    # The loss is linear in the weights: L(w) = sum_t w_t L(e_t), e_t = one-hot weight on token t.
+    per_token = [fn(logp, OLD, ADV, MASK, token_weights=torch.eye(4)[t][None])[0] for t in range(4)]
+    assert_close(sum(per_token), plain)
+    weighted, _ = fn(logp, OLD, ADV, MASK, token_weights=weights)
+    assert_close(weighted, sum(w * loss for w, loss in zip(weights[0].tolist(), per_token, strict=True)))
+    (grad,) = torch.autograd.grad(weighted, logp)
+    assert grad[0, 2] == 0.0  # weight 0: no gradient
+
+
+def test_token_weights_must_match_the_loss_shape():
+    with pytest.raises(ValueError, match=r"token_weights \(1, 3\) != loss \(1, 4\)"):
+        ppo_policy_loss(_logp(), OLD, ADV, MASK, token_weights=torch.ones(1, 3))

@@ -11,14 +11,9 @@ import pytest
 import torch
 from loguru import logger
 
-from reasonrl.utils.tracking import (
-    SCALARS,
-    Tracker,
-    format_metrics_line,
-    known_scalar,
-    metrics_by_step,
-    read_metrics,
-)
+from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
+from reasonrl.utils.scalars import SCALARS, format_metrics_line, known_scalar
+from reasonrl.utils.tracking import Tracker
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "logging_and_checkpoints.md"
 
@@ -189,7 +184,7 @@ def test_metrics_by_step_merges_rows():
 def test_scalar_names_are_unique_documented_and_matchable():
     names = [s.name for s in SCALARS]
     assert len(names) == len(set(names))
-    assert all(re.fullmatch(r"[a-z_]+/[a-z_<>@]+(/[a-z_@]+)?", n) for n in names), names
+    assert all(re.fullmatch(r"[a-z_]+/[a-z_<>@]+(/[a-z0-9_@]+)?", n) for n in names), names
     assert all(s.meaning for s in SCALARS)
     assert known_scalar("reward/mean") and known_scalar("eval/math500/pass@16") and known_scalar("eval/aime24/avg@4")
     assert not known_scalar("reward/unknown") and not known_scalar("eval/a/b/pass@4")
