@@ -222,23 +222,27 @@ class RolloutMixin:
         parts = await gather_all(group.call_sharded_async("score", _split(samples, group.world_size)))
         return torch.cat([p.float() for p in parts])
 
-    async def greedy_baseline(self, rows: Sequence[dict], tries: int) -> list[float]:
+    async def greedy_baseline(self, rows: Sequence[dict], tries: int, seed_step: int) -> list[float]:
         """ReMax: the final reward of one greedy (temperature 0) response per prompt. [len(rows)]"""
-        seed = derive_seed(self.cfg.seed, "greedy", self.global_step, tries)
+        seed = derive_seed(self.cfg.seed, "greedy", seed_step, tries)
         scored = await self.generate_and_score(rows, n=1, temperature=0.0, seed=seed)
         baseline = [0.0] * len(rows)
         for c, r in zip(scored.completions, scored.results, strict=True):
             baseline[c.prompt_index] = float(r.reward)
         return baseline
 
-    async def rollout(self, rows: Sequence[dict], m: dict) -> Rollout:
+    async def rollout(self, rows: Sequence[dict], m: dict, seed_step: int | None = None) -> Rollout:
         """Generate + score, with DAPO dynamic sampling (drop zero-variance groups, refill up to max tries), and
         for remax one greedy response per prompt as the baseline. Filtering uses the final reward.
 
         Timing metrics (summed over refills; the remax greedy pass is not included): ``time/generate`` is the wall
         time until the last engine returned; ``time/reward`` the scoring time NOT hidden behind generation (from
         the last engine's return until all scoring finished); ``time/reward_overlapped`` the scoring seconds
-        that ran while engines were still generating (``generate_and_score`` streams each engine's part)."""
+        that ran while engines were still generating (``generate_and_score`` streams each engine's part).
+
+        ``seed_step``: the completed steps the seeds count (default ``global_step``: the next step's rollout; an
+        asynchronous rollout launched ahead passes the step it is for, so its seeds equal the synchronous loop's)."""
+        seed_step = self.global_step if seed_step is None else seed_step
         cfg = self.cfg
         target = cfg.rollout_batch_size * cfg.n_samples_per_prompt
         kept = Rollout([], [], [], [], [] if cfg.advantage_estimator == "remax" else None)
@@ -250,7 +254,7 @@ class RolloutMixin:
         while True:
             if tries:
                 self.check_stop("dynamic-sampling refills")
-            seed = derive_seed(cfg.seed, "rollout", self.global_step, tries)
+            seed = derive_seed(cfg.seed, "rollout", seed_step, tries)
             scored = await self.generate_and_score(
                 rows,
                 n=cfg.n_samples_per_prompt,
@@ -265,7 +269,7 @@ class RolloutMixin:
             overlapped_s += scored.reward_overlapped_s
             gen_tokens += sum(len(c.token_ids) for c in completions)
             per_sample_rows = [rows[c.prompt_index] for c in completions]
-            baseline = await self.greedy_baseline(rows, tries) if kept.baselines is not None else None
+            baseline = await self.greedy_baseline(rows, tries, seed_step) if kept.baselines is not None else None
             greedy += baseline or []
             groups = [total_groups + c.prompt_index for c in completions]  # unique across refills
             keep = [True] * len(completions)

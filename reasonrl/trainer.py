@@ -33,6 +33,7 @@ from reasonrl.distributed.worker_group import gather_all, put_per_rank
 from reasonrl.experience import Experience, mini_batch_counts, rank_mini_batches, stitch_rank_outputs
 from reasonrl.learning_signal import NoSignalMonitor, no_signal_reason, step_advantages
 from reasonrl.rollout import Rollout, RolloutMixin, sample_records
+from reasonrl.rollout_ahead import RolloutAhead
 from reasonrl.types import Completion
 
 
@@ -88,6 +89,12 @@ class PPOTrainer(RolloutMixin):
             if cfg.adaptive_entropy
             else None
         )
+        # async_staleness = k > 0: the rollouts of the next k steps are generated while this one trains
+        self.ahead = (
+            RolloutAhead(cfg.async_staleness, self._launch_rollout, self.sampler, self.total_steps)
+            if cfg.async_staleness
+            else None
+        )
         self.probe_ids: list[int] | None = None
         self._weight_syncer: WeightSyncer | None = None
         # colocate_all: what is resident on the shared devices (a no-op machine under split placement)
@@ -113,13 +120,17 @@ class PPOTrainer(RolloutMixin):
         while self.global_step < self.total_steps and not self.stop_requested():
             step_start = time.perf_counter()
             self.tracker.set_phase("step")  # generate -> forward -> update -> sync
-            sampler_state = self.sampler.state_dict()
+            sampler_state = self.sampler_resume_state()
             try:
                 metrics = await self.train_step()
             except _StepAbandoned as where:
+                await self.drop_rollouts_ahead()
                 self.sampler.load_state_dict(sampler_state)  # the abandoned step's prompts come again on resume
                 logger.warning(f"stop requested during {where}: step {self.global_step + 1} abandoned, nothing kept")
                 break
+            except BaseException:
+                await self.drop_rollouts_ahead()
+                raise
             if metrics is None:  # data used up early (dynamic-sampling refills draw from the same sampler)
                 logger.warning(f"training data exhausted after step {self.global_step} of {self.total_steps}")
                 break
@@ -139,6 +150,7 @@ class PPOTrainer(RolloutMixin):
                 saved_at = self.global_step
             self.tracker.advance(self.global_step, {"reward": metrics.get("reward/mean", float("nan"))})
             last = metrics
+        await self.drop_rollouts_ahead()  # a stop, or data used up: nothing generated ahead is trained on
         if self.stop_requested():
             await self.stop_now()
         if self.global_step > 0 and self.global_step != evaluated_at and self.eval_sets:
@@ -198,11 +210,10 @@ class PPOTrainer(RolloutMixin):
 
     async def train_step(self) -> dict[str, float] | None:
         m: dict[str, float] = {}
-        rows = self.sampler.next_batch()
-        if rows is None:
-            return None
         self.tracker.set_phase("generate")
-        batch = await self.rollout(rows, m)
+        batch = await self.next_rollout(m)
+        if batch is None:
+            return None
         self.check_stop("generation")
         if not batch.completions:
             logger.warning(
@@ -221,6 +232,37 @@ class PPOTrainer(RolloutMixin):
         m |= await self.timed_phase(m, "sync", self.sync_for_generation())
         self.dump_generations(batch.completions, batch.results, batch.rows, step=self.global_step + 1)
         return m
+
+    # ================================================================== rollouts, synchronous or ahead
+    async def next_rollout(self, m: dict) -> Rollout | None:
+        """This step's rollout (None: the data is used up). Synchronous (``async_staleness=0``): generated now.
+        Asynchronous: launched up to ``async_staleness`` steps earlier (:class:`RolloutAhead`), and the rollouts of
+        the next steps are launched before this one trains; logs ``async/staleness`` (updates between the weights
+        that generated it and the ones that train on it) and ``time/wait_rollout``."""
+        if self.ahead is None:
+            rows = self.sampler.next_batch()
+            return None if rows is None else await self.rollout(rows, m)
+        self.ahead.fill(self.global_step + 1, version=self.global_step)
+        taken = await self.ahead.take(self.global_step + 1)
+        if taken is None:
+            return None
+        batch, rollout_metrics, record = taken
+        m |= rollout_metrics
+        m["async/staleness"] = float(self.global_step - record.version)
+        return batch
+
+    async def _launch_rollout(self, rows: list[dict], m: dict, seed_step: int) -> Rollout:
+        return await self.rollout(rows, m, seed_step=seed_step)
+
+    def sampler_resume_state(self) -> dict:
+        """The sampler state a resumed run continues from: before the prompts of the oldest rollout not trained yet
+        (rollouts generated ahead are dropped, their prompts drawn again)."""
+        ahead = self.ahead.resume_state() if self.ahead is not None else None
+        return ahead if ahead is not None else self.sampler.state_dict()
+
+    async def drop_rollouts_ahead(self) -> None:
+        if self.ahead is not None:
+            await self.ahead.drop()
 
     # ================================================================== device sharing (colocate_all)
     async def sync_for_generation(self) -> dict[str, float]:
@@ -423,7 +465,7 @@ class PPOTrainer(RolloutMixin):
 
     # ================================================================== checkpoints
     def trainer_state(self) -> dict[str, Any]:
-        state = {"global_step": self.global_step, "sampler": self.sampler.state_dict()}
+        state = {"global_step": self.global_step, "sampler": self.sampler_resume_state()}
         state["kl_ctl"] = {"value": self.kl_ctl.value}
         if self.entropy_ctl is not None:
             state["entropy_ctl"] = {"coef": self.entropy_ctl.coef, "enabled": self.entropy_ctl.enabled}

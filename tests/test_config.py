@@ -86,6 +86,8 @@ BAD_CONFIGS = [
     ("eval-data-typo", dict(eval_data=["gsm8k_tset"]), r"did you mean 'gsm8k_test'", ["eval_data"]),
     ("empty-train", dict(train_data=[]), r"train_data is empty", []),
     ("rollout-correction", dict(rollout_correction="tis"), r"rollout_correction='tis' is unknown", []),
+    ("async-negative", dict(async_staleness=-1), r"async_staleness=-1: must be >= 0", []),
+    ("async-colocated", dict(async_staleness=1), r"async_staleness=1 with colocate_all=true.*colocate_all=false", []),
     ("correction-cap", dict(rollout_correction_cap=0.0), r"rollout_correction_cap=0.0: must be > 0", []),
     ("correction-bounds", dict(rollout_correction_upper=0.5), r"rollout_correction_upper=0.5: must be >= 1", []),
     (

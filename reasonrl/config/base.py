@@ -168,6 +168,12 @@ class BasePPOExpConfig(DerivedValues):
         factory=lambda: list(ORZ_STOP_STRINGS),
     )
     include_stop_str_in_output: bool = _rol(True, "keep the matched stop string (e.g. </answer>) in the response")
+    async_staleness: int = _rol(
+        0,
+        "asynchronous RL: the engines generate the rollouts of up to k steps ahead while the trainers update (their "
+        "data is at most k updates old; pair with rollout_correction=token_tis); 0 = the exact synchronous loop; "
+        "needs split placement (colocate_all=false)",
+    )
 
     # ---------------------------------------------------------------------------------------------- algorithm
     advantage_estimator: str = _alg(

@@ -86,6 +86,12 @@ def _check_algorithm(cfg: BasePPOExpConfig) -> list[str]:
                 f"entropy_coef={cfg.entropy_coef} (the adaptive controller's start) is outside "
                 f"[entropy_coef_min, entropy_coef_max] = [{lo}, {hi}]: move it inside"
             )
+    if cfg.async_staleness > 0 and cfg.colocate_all:
+        problems.append(
+            f"async_staleness={cfg.async_staleness} with colocate_all=true: the roles and the engines time-share the "
+            "devices, so generation cannot overlap training and the loop stays synchronous; set colocate_all=false "
+            "(split placement) or async_staleness=0"
+        )
     return problems + eval_sampling_problems(cfg) + rollout_correction_problems(cfg)
 
 

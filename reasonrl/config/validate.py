@@ -313,6 +313,7 @@ def _check_ranges(cfg: BasePPOExpConfig) -> list[str]:
         "dump_generations",
         "overlong_buffer_len",
         "kl_horizon",
+        "async_staleness",
     ):
         need(name, getattr(v, name) >= 0, "must be >= 0")
     for name in (

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import logging
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -293,6 +294,22 @@ class WeightBroadcastReceiver:
             sync_group.broadcast(group, buffer)
         weights = sync_group.unpack(layout, buffers)
         self.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+
+
+class _HarmlessReloadWarnings(logging.Filter):
+    """Drops vLLM's "RotaryEmbedding: Failed to load weights" warning: the rotary cos/sin cache is a buffer that no
+    checkpoint holds, so every in-place reload restores it from its own copy and says so, once per weight sync. A
+    warning about any other layer (a weight that really failed to load) passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "%s: Failed to load weights" and record.args == ("RotaryEmbedding",))
+
+
+# vLLM's layer-wise reload logs there (0.32); installed in every process that imports the adapter: the engine
+# actor (in-process engines) and vLLM's worker processes (they import this module for WeightBroadcastReceiver).
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+if not any(isinstance(f, _HarmlessReloadWarnings) for f in logging.getLogger(RELOAD_LOGGER).filters):
+    logging.getLogger(RELOAD_LOGGER).addFilter(_HarmlessReloadWarnings())
 
 
 def _tp_backend(on_gpu: bool) -> str:

@@ -126,6 +126,14 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("perf/tokens_per_s_train_critic", "response tokens per second of the critic update"),
     # phase timings, seconds of wall time within the step
     Scalar("time/generate", "rollout generation with vLLM: wall time until the last engine returned"),
+    Scalar(
+        "time/wait_rollout",
+        "async_staleness > 0: time the trainers waited for this step's rollout (generated ahead, during training)",
+    ),
+    Scalar(
+        "async/staleness",
+        "async_staleness > 0: updates between the weights that generated this step's data and the trained ones",
+    ),
     Scalar("time/reward", "reward computation not hidden behind generation (after the last engine returned)"),
     Scalar(
         "time/reward_overlapped",

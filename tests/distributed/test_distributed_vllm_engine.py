@@ -66,3 +66,21 @@ def test_greedy_and_max_tokens(vllm_engine, tiny_tokenizer):
 def test_sleep_is_a_logged_noop_on_cpu(vllm_engine):
     assert ray.get(vllm_engine.sleep.remote()) is False
     assert ray.get(vllm_engine.wake_up.remote()) is False
+
+
+def test_the_rotary_reload_warning_is_dropped_and_other_reload_warnings_pass():
+    """Every weight sync made vLLM warn "RotaryEmbedding: Failed to load weights" (its cos/sin cache is a buffer no
+    checkpoint holds, restored from its own copy): the adapter's filter on vLLM's reload logger drops that line only."""
+    import logging
+
+    from reasonrl.distributed import vllm_engine
+
+    (flt,) = [f for f in logging.getLogger(vllm_engine.RELOAD_LOGGER).filters if isinstance(f, logging.Filter)]
+
+    def record(layer: str) -> logging.LogRecord:
+        return logging.LogRecord(
+            vllm_engine.RELOAD_LOGGER, logging.WARNING, "x", 1, "%s: Failed to load weights", (layer,), None
+        )
+
+    assert not flt.filter(record("RotaryEmbedding"))
+    assert flt.filter(record("QKVParallelLinear"))  # a weight that really failed to load is still reported
