@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 from collections.abc import Sequence
 
@@ -133,13 +134,21 @@ class RolloutMixin:
             out += _with_prompt_offset(part, bounds[e])
         return out
 
+    def score_serialised(self, completions: Sequence[Completion], rows: Sequence[dict]) -> list:
+        """``self.scorer(completions, rows)`` in a worker thread, one call at a time across every concurrent
+        rollout and eval of this trainer (asynchronous rollouts score while others generate): a user reward
+        function need not be thread-safe."""
+        lock = self.__dict__.setdefault("_scorer_lock", threading.Lock())
+        with lock:
+            return self.scorer(completions, rows)
+
     async def score(
         self, completions: Sequence[Completion], rows: Sequence[dict], model_scores: list | None = None
     ) -> list:
         """Final rewards: the rule/user scorer in a worker thread (the verifier pool blocks, the event loop stays
         free), plus the learned reward model's score when there is one (also appended to ``model_scores``).
         Everything downstream (dynamic sampling, the logged reward, the advantages) sees the same final reward."""
-        results = await asyncio.to_thread(self.scorer, completions, rows)
+        results = await asyncio.to_thread(self.score_serialised, completions, rows)
         await self.add_reward_model_scores(completions, results, model_scores)
         return results
 
@@ -163,7 +172,7 @@ class RolloutMixin:
         """
         start = time.perf_counter()
         refs, bounds = self.start_generation(rows, n=n, temperature=temperature, seed=seed, logprobs=logprobs)
-        one_scorer_at_a_time = asyncio.Lock()  # a user reward function need not be thread-safe
+        one_scorer_at_a_time = asyncio.Lock()  # this call's parts one after the other (disjoint scoring spans)
         returned_at: list[float] = []  # when each engine returned
         scoring_spans: list[tuple[float, float]] = []  # (begin, end) of each scorer call; disjoint (the lock)
 
@@ -174,7 +183,7 @@ class RolloutMixin:
                 return part, []
             async with one_scorer_at_a_time:
                 begin = time.perf_counter()
-                results = await asyncio.to_thread(self.scorer, part, [rows[c.prompt_index] for c in part])
+                results = await asyncio.to_thread(self.score_serialised, part, [rows[c.prompt_index] for c in part])
                 scoring_spans.append((begin, time.perf_counter()))
             return part, list(results)
 

@@ -190,14 +190,21 @@ class ExactMatchScorer:
         pass
 
 
-def gym_ref(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The reasoning-gym reference a gym-routed row is scored with: its ``gym`` field, or for a row with
-    ``data_source: gym:<task>`` and no ``gym`` field, the row itself as an entry of ``<task>``."""
-    from reasonrl.data.gym import entry_ref
+GYM_REF_KEYS = ("name", "seed", "size", "config", "index")
 
-    if row.get("gym") is not None:
-        return dict(row["gym"])
-    return entry_ref(str(row[DATA_SOURCE_FIELD])[len("gym:") :], dict(row))
+
+def _is_gym_reference(ref: Any) -> bool:
+    """A reference a worker can regenerate the entry from: exactly :data:`GYM_REF_KEYS` with their types (never an
+    entry carried by the row: its text would reach reasoning-gym scorers that eval entry fields)."""
+    if not isinstance(ref, Mapping) or set(ref) != set(GYM_REF_KEYS):
+        return False
+    ints = all(isinstance(ref[k], int) and not isinstance(ref[k], bool) for k in ("seed", "size", "index"))
+    return ints and isinstance(ref["name"], str) and isinstance(ref["config"], str) and 0 <= ref["index"] < ref["size"]
+
+
+def gym_ref(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The reasoning-gym reference a gym-routed row is scored with: its ``gym`` field (checked by ``row_route``)."""
+    return dict(row["gym"])
 
 
 class GymRowScorer:
@@ -273,24 +280,26 @@ def row_route(
     value = row.get(DATA_SOURCE_FIELD)
     ref = row.get("gym")
     task = None
-    if ref is not None and not (isinstance(ref, Mapping) and isinstance(ref.get("name"), str)):
-        raise ValueError(f"its 'gym' field {ref!r} is not a reasoning-gym reference (a mapping with a task 'name')")
+    if ref is not None and not _is_gym_reference(ref):
+        raise ValueError(
+            f"its 'gym' field {ref!r} is not a reasoning-gym reference ({', '.join(GYM_REF_KEYS)} and nothing else, "
+            "as a gym: source writes it)"
+        )
     if value is None or value == "":
         kind = "gym" if ref is not None else default
     elif not isinstance(value, str):
         raise ValueError(f"{DATA_SOURCE_FIELD} {value!r} is a {type(value).__name__}; allowed: {', '.join(ROUTES)}")
     elif value in ("math", "exact_match", "user"):
         kind = value
-    elif value == "gym":
-        if ref is None:
+    elif value == "gym" or (value.startswith("gym:") and len(value) > len("gym:")):
+        if ref is None:  # scoring a row's own text would hand it to reasoning-gym scorers that eval entry fields
             raise ValueError(
-                f"{DATA_SOURCE_FIELD} 'gym' needs the row's 'gym' reference (rows of a gym: source carry one); "
-                "write gym:<task> to score the row (question, answer, metadata) as an entry of that task"
+                f"{DATA_SOURCE_FIELD} {value!r} needs the row's 'gym' reference, which rows of a gym: source carry "
+                "(the entry is regenerated from it); a row's own question/answer/metadata are never passed to "
+                "reasoning-gym, whose scorers eval entry fields for some tasks: load the task as train_data=gym:<task>"
             )
-        kind = "gym"
-    elif value.startswith("gym:") and len(value) > len("gym:"):
-        kind, task = "gym", value[len("gym:") :]
-        if ref is not None and ref["name"] != task:
+        kind, task = "gym", value[len("gym:") :] or None
+        if task is not None and ref["name"] != task:
             raise ValueError(f"{DATA_SOURCE_FIELD} {value!r} but its 'gym' reference is task {ref['name']!r}")
     else:
         raise ValueError(f"unknown {DATA_SOURCE_FIELD} {value!r}; allowed: {', '.join(ROUTES)}")

@@ -438,6 +438,8 @@ class PPOTrainer(RolloutMixin):
         """Policy -> every engine, verified on a fixed probe (raises WeightSyncError on a mismatch)."""
         if self.probe_ids is None:  # a fixed real prompt: the trainer and every engine must score it identically
             self.probe_ids = self.encode([self.sampler.rows[0]])[0][:64]
+        if self.ahead is not None:  # the engines first finish the rollouts queued before this sync (calls run in
+            await gather_all([engine.ready.remote() for engine in self.roles.engines])  # order): no broadcast waits
         report = await self.weight_syncer().sync(self.probe_ids)
         self.phases.synced()
         return report.as_metrics()

@@ -88,7 +88,13 @@ BAD_CONFIGS = [
     ("rollout-correction", dict(rollout_correction="tis"), r"rollout_correction='tis' is unknown", []),
     ("async-negative", dict(async_staleness=-1), r"async_staleness=-1: must be >= 0", []),
     ("async-colocated", dict(async_staleness=1), r"async_staleness=1 with colocate_all=true.*colocate_all=false", []),
-    ("correction-cap", dict(rollout_correction_cap=0.0), r"rollout_correction_cap=0.0: must be > 0", []),
+    ("correction-cap", dict(rollout_correction_cap=0.5), r"rollout_correction_cap=0.5: must be >= 1", []),
+    (
+        "async-dynamic-sampling",
+        dict(async_staleness=1, colocate_all=False, dynamic_sampling=True, advantage_estimator="grpo"),
+        r"async_staleness=1 with dynamic_sampling refills.*use async_staleness=0",
+        ["async_staleness", "dynamic_sampling"],
+    ),
     ("correction-bounds", dict(rollout_correction_upper=0.5), r"rollout_correction_upper=0.5: must be >= 1", []),
     (
         "correction-top-p",

@@ -151,3 +151,30 @@ def test_eval_set_groups_by_prompt_and_records_every_sample():
     assert [(r["prompt_index"], r["sample_index"]) for r in records] == [(p, k) for p in range(3) for k in range(2)]
     assert [r["reward"] for r in records] == [p * 10.0 + k for p in range(3) for k in range(2)]
     assert scored.records(limit=2)[1]["completion"] == scored.completions[1].text
+
+
+def test_concurrent_rollouts_never_call_the_scorer_at_the_same_time():
+    """Asynchronous rollouts score while other rollouts (and the eval) do: a user reward function need not be
+    thread-safe, so the trainer's scorer calls are serialised across every concurrent generate_and_score."""
+    engines = [FakeEngine("e0"), FakeEngine("e1", delay_s=0.02)]
+    scorer = RecordingScorer(engines)
+    inside, most = [0], [0]
+    original = scorer.__call__
+
+    def counting(completions, rows):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        try:
+            return original(completions, rows)
+        finally:
+            inside[0] -= 1
+
+    trainer = FakeTrainer(engines, counting)
+
+    async def three_at_once():
+        calls = [trainer.generate_and_score(ROWS, n=1, temperature=1.0, seed=s) for s in range(3)]
+        return await asyncio.gather(*calls)
+
+    results = asyncio.run(three_at_once())
+    assert all(len(r.results) == len(ROWS) for r in results)
+    assert most[0] == 1  # 6 scorer calls (3 rollouts x 2 engines), never two at once

@@ -44,12 +44,12 @@ def scorer(gym_rows):
 
 def test_mixed_batch_is_scored_in_order(scorer, gym_rows):
     g0, g1 = gym_rows[0], gym_rows[1]
-    saved = {k: g1[k] for k in ("id", "question", "answer", "metadata")}  # a gym entry saved to a file
+    saved = {k: g1[k] for k in ("id", "question", "answer", "gym")}  # a gym row saved to a file, with its reference
     rows = [
         {"id": "m", "question": "q", "answer": "12"},  # no data_source: the config default, math
         dict(g0),  # a gym: source row (its gym reference routes it)
         {"id": "e", "question": "q", "answer": "\\text{Yes}", "data_source": "exact_match"},
-        {**saved, "data_source": "gym:basic_arithmetic"},  # scored as an entry of the task, no reference
+        {**saved, "data_source": "gym:basic_arithmetic"},  # the entry is regenerated from its reference
         {"id": "m2", "question": "q", "answer": "1/2", "data_source": "math"},
         {"id": "e2", "question": "q", "answer": "1/2", "data_source": "exact_match"},
         dict(g0),
@@ -99,6 +99,9 @@ def test_exact_match_normalisation_and_shaping():
     assert [(r.reward, r.correct, r.format_ok) for r in results] == [(1.5, True, True), (0.0, True, False)]
 
 
+REF = {"name": "countdown", "seed": 0, "size": 4, "config": "{}", "index": 1}  # a well-formed reference
+
+
 @pytest.mark.parametrize(
     ("row", "message"),
     [
@@ -109,12 +112,15 @@ def test_exact_match_normalisation_and_shaping():
         ({"id": "x", "answer": "1", "data_source": 3}, "data_source 3 is a int"),
         ({"id": "x", "answer": "1", "data_source": "user"}, "set reward_fn"),
         ({"id": "x", "answer": "1", "data_source": "gym"}, "needs the row's 'gym' reference"),
-        ({"id": "x", "answer": "1", "data_source": "gym:simple_integration"}, "allow_unsafe_scorer=true allows it"),
-        ({"id": "x", "answer": "1", "gym": "countdown"}, "not a reasoning-gym reference"),
         (
-            {"id": "x", "answer": "1", "data_source": "gym:chain_sum", "gym": {"name": "countdown"}},
-            "is task 'countdown'",
+            {"id": "x", "answer": "1", "data_source": "gym:bitwise_arithmetic", "metadata": {"problem": "0"}},
+            "never passed to reasoning-gym",  # its scorer evals entry fields: a row's own text never gets there
         ),
+        ({"id": "x", "answer": "1", "gym": {**REF, "name": "simple_integration"}}, "allow_unsafe_scorer=true"),
+        ({"id": "x", "answer": "1", "gym": "countdown"}, "not a reasoning-gym reference"),
+        ({"id": "x", "answer": "1", "gym": {**REF, "entry": {"answer": "1"}}}, "not a reasoning-gym reference"),
+        ({"id": "x", "answer": "1", "gym": {**REF, "index": 9}}, "not a reasoning-gym reference"),  # index >= size
+        ({"id": "x", "answer": "1", "data_source": "gym:chain_sum", "gym": REF}, "is task 'countdown'"),
     ],
 )
 def test_bad_data_source_refused_naming_the_row(row, message):
@@ -128,14 +134,16 @@ def test_unknown_gym_task_and_problem_cap(gym_rows):
     rows = [{"id": str(i), "answer": "1", "data_source": "nope"} for i in range(5)]
     problems = routing_problems(math_cfg(), {"eval_data gsm8k": rows, "train_data": gym_rows})
     assert problems[-1] == "eval_data gsm8k: 2 more row(s) with a bad data_source" and len(problems) == 4
-    problems = routing_problems(math_cfg(), {"train_data": [{"id": "a", "answer": "1", "data_source": "gym:chainsum"}]})
+    unknown = {"id": "a", "answer": "1", "data_source": "gym:chainsum", "gym": {**REF, "name": "chainsum"}}
+    problems = routing_problems(math_cfg(), {"train_data": [unknown]})
     assert problems == [
         "train_data row 0 (id 'a'): reasoning-gym has no task 'chainsum' "
         "(python -m reasonrl.data.gym_source lists them)"
     ]
     unsafe_ok = math_cfg(train_data=["gym:simple_integration:allow_unsafe_scorer=true:size=2"], eval_data=[])
     assert (
-        routing_problems(unsafe_ok, {"t": [{"id": "a", "answer": "1", "data_source": "gym:simple_integration"}]}) == []
+        routing_problems(unsafe_ok, {"t": [{"id": "a", "answer": "1", "gym": {**REF, "name": "simple_integration"}}]})
+        == []
     )
 
 

@@ -86,6 +86,12 @@ def _check_algorithm(cfg: BasePPOExpConfig) -> list[str]:
                 f"entropy_coef={cfg.entropy_coef} (the adaptive controller's start) is outside "
                 f"[entropy_coef_min, entropy_coef_max] = [{lo}, {hi}]: move it inside"
             )
+    if cfg.async_staleness > 0 and (cfg.dynamic_sampling or cfg.advantage_estimator == "remax"):
+        extra = "dynamic_sampling refills" if cfg.dynamic_sampling else "remax's greedy baseline rollouts"
+        problems.append(
+            f"async_staleness={cfg.async_staleness} with {extra}: those extra generations would run on newer weights "
+            "than the step's rollout and draw prompts out of step order; use async_staleness=0 with them"
+        )
     if cfg.async_staleness > 0 and cfg.colocate_all:
         problems.append(
             f"async_staleness={cfg.async_staleness} with colocate_all=true: the roles and the engines time-share the "

@@ -341,7 +341,12 @@ def _check_ranges(cfg: BasePPOExpConfig) -> list[str]:
     need("clip_eps_low", 0 < v.clip_eps_low <= 1, "must be in (0, 1] (1 = no lower bound)")
     need("clip_eps_high", 0 < v.clip_eps_high <= 10, "must be in (0, 10]; typical 0.2 (DAPO: 0.28)")
     need("dual_clip_c", v.dual_clip_c is None or v.dual_clip_c > 1, "must be > 1 (typical 3.0), or none for off")
-    need("rollout_correction_cap", v.rollout_correction_cap > 0, "must be > 0 (typical 2.0)")
+    need(
+        "rollout_correction_cap",
+        v.rollout_correction_cap >= 1,
+        "must be >= 1 (typical 2.0): a cap below 1 shrinks every token's weight, and it is the default upper bound of "
+        "the masked modes",
+    )
     lower, upper = v.rollout_correction_lower, v.rollout_correction_upper
     need("rollout_correction_lower", lower is None or 0 <= lower <= 1, "must be in [0, 1] (a ratio bound), or none")
     need("rollout_correction_upper", upper is None or upper >= 1, "must be >= 1 (a ratio bound), or none")

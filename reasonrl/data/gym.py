@@ -120,20 +120,12 @@ def gym_answer(response: str, extract_mode: str = "auto") -> str | None:
     return extract_answer(response, extract_mode).answer
 
 
-def entry_ref(task: str, row: dict[str, Any]) -> dict[str, Any]:
-    """A gym reference that carries the entry itself (``question``, ``answer``, ``metadata`` of a data row, e.g. a
-    reasoning-gym set saved to a file with ``data_source: gym:<task>``) instead of regenerating it by index; it is
-    scored by the task's ``score_answer`` with the default config."""
-    metadata = row.get("metadata")
-    entry = {"question": row.get("question", ""), "answer": str(row.get("answer", "")), "metadata": metadata or {}}
-    return {"name": task, "entry": entry}
-
-
 def score_gym_item(item: tuple[str, dict[str, Any], str]) -> float:
     """Pool task: ``(response, gym_ref, extract_mode)`` -> ``dataset.score_answer`` of the extracted answer.
 
-    ``gym_ref`` is a row's ``gym`` field (the entry is regenerated from name, size, seed, config and index) or an
-    :func:`entry_ref`. Returns 0.0 when there is no answer or it fails the task's whitelist.
+    ``gym_ref`` is a row's ``gym`` field: the entry is regenerated from name, size, seed, config and index (a row's
+    own text never reaches the task's scorer, some of which eval entry fields). Returns 0.0 when there is no answer
+    or it fails the task's whitelist.
     """
     response, ref, extract_mode = item
     answer = gym_answer(response, extract_mode)
@@ -142,13 +134,8 @@ def score_gym_item(item: tuple[str, dict[str, Any], str]) -> float:
     guard = GUARDED_TASKS.get(ref["name"])
     if guard is not None and (not guard.fullmatch(answer) or "**" in answer):
         return 0.0
-    if "entry" in ref:
-        dataset = _dataset(ref["name"], 1, 0, "{}")
-        entry = ref["entry"]
-    else:
-        dataset = _dataset(ref["name"], int(ref["size"]), int(ref["seed"]), ref["config"])
-        entry = dataset[int(ref["index"])]
-    return float(dataset.score_answer(answer, entry))
+    dataset = _dataset(ref["name"], int(ref["size"]), int(ref["seed"]), ref["config"])
+    return float(dataset.score_answer(answer, dataset[int(ref["index"])]))  # the entry is regenerated, never given
 
 
 def _init_worker() -> None:

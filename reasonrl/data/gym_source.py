@@ -40,6 +40,7 @@ GYM_PREFIX = "gym:"
 DEFAULT_SIZE = 1000
 DEFAULT_SEED = 0
 RESERVED_KEYS = ("size", "seed", "allow_unsafe_scorer")
+MAX_SIZE = 1_000_000
 LIST_SEPARATOR = "|"
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 LIST_TASKS_HINT = "python -m reasonrl.data.gym_source lists the tasks and their options"
@@ -177,6 +178,8 @@ def parse_gym_source(text: str) -> GymSourceSpec:
             raise _fail(text, f"{key!r} is given twice")
         given[key] = value
     size = _parse_int(text, "size", given.pop("size", str(DEFAULT_SIZE)), minimum=1)
+    if size > MAX_SIZE:  # the overlap check keeps one key per entry seed
+        raise _fail(text, f"size={size} is more than {MAX_SIZE} rows: split it into several sources (seed ranges)")
     seed = _parse_int(text, "seed", given.pop("seed", str(DEFAULT_SEED)), minimum=0)
     unsafe = _parse_bool(text, "allow_unsafe_scorer", given.pop("allow_unsafe_scorer", "false"))
     registry = _registry(text)

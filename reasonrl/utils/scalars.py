@@ -51,8 +51,14 @@ SCALARS: tuple[Scalar, ...] = (
         "rollout correction: mean token ratio pi_old/pi_rollout (trainer vs engine log-probs of the sampled "
         "tokens; 1 = they agree)",
     ),
-    Scalar("policy/rollout_corr/ratio_min", "rollout correction: smallest token ratio pi_old/pi_rollout"),
-    Scalar("policy/rollout_corr/ratio_max", "rollout correction: largest token ratio pi_old/pi_rollout"),
+    Scalar(
+        "policy/rollout_corr/ratio_min",
+        "rollout correction: smallest token ratio pi_old/pi_rollout (per micro-batch, mean over the step)",
+    ),
+    Scalar(
+        "policy/rollout_corr/ratio_max",
+        "rollout correction: largest token ratio pi_old/pi_rollout (per micro-batch, mean over the step)",
+    ),
     Scalar(
         "policy/rollout_corr/seq_log_ratio_mean",
         "rollout correction: mean over sequences of sum_t log(pi_old/pi_rollout)",
@@ -63,7 +69,10 @@ SCALARS: tuple[Scalar, ...] = (
         "policy/rollout_corr/logp_abs_diff_mean",
         "rollout correction: mean |log pi_old - log pi_rollout| over response tokens",
     ),
-    Scalar("policy/rollout_corr/logp_abs_diff_max", "rollout correction: largest |log pi_old - log pi_rollout|"),
+    Scalar(
+        "policy/rollout_corr/logp_abs_diff_max",
+        "rollout correction: largest |log pi_old - log pi_rollout| (per micro-batch, mean over the step)",
+    ),
     Scalar(
         "policy/rollout_corr/kl_k1", "rollout correction: KL(rollout || trainer), k1 estimator (mean of -log ratio)"
     ),
@@ -75,7 +84,10 @@ SCALARS: tuple[Scalar, ...] = (
         "policy/rollout_corr/chi2_token", "rollout correction: token-level chi-square divergence, mean(ratio^2) - 1"
     ),
     Scalar("policy/rollout_corr/weight_mean", "rollout correction: mean loss weight on response tokens"),
-    Scalar("policy/rollout_corr/weight_max", "rollout correction: largest loss weight"),
+    Scalar(
+        "policy/rollout_corr/weight_max",
+        "rollout correction: largest loss weight (per micro-batch, mean over the step)",
+    ),
     Scalar(
         "policy/rollout_corr/ess",
         "rollout correction: effective sample size of the weights, (sum w)^2 / (n sum w^2), in (0, 1]",
