@@ -30,7 +30,13 @@ from reasonrl.data.sampler import PromptSampler
 from reasonrl.distributed.phases import Phase, PhaseMachine
 from reasonrl.distributed.weight_sync import WeightSyncer, resolve_transport, resolve_verify_source
 from reasonrl.distributed.worker_group import gather_all, put_per_rank
-from reasonrl.experience import Experience, mini_batch_counts, rank_mini_batches, stitch_rank_outputs
+from reasonrl.experience import (
+    Experience,
+    mini_batch_counts,
+    padded_from_flat,
+    rank_mini_batches,
+    stitch_rank_outputs,
+)
 from reasonrl.learning_signal import NoSignalMonitor, no_signal_reason, step_advantages
 from reasonrl.rollout import Rollout, RolloutMixin, sample_records
 from reasonrl.rollout_ahead import RolloutAhead
@@ -91,7 +97,7 @@ class PPOTrainer(RolloutMixin):
         )
         # async_staleness = k > 0: the rollouts of the next k steps are generated while this one trains
         self.ahead = (
-            RolloutAhead(cfg.async_staleness, self._launch_rollout, self.sampler, self.total_steps)
+            RolloutAhead(cfg.async_staleness, self.rollout, self.sampler, self.total_steps)
             if cfg.async_staleness
             else None
         )
@@ -251,9 +257,6 @@ class PPOTrainer(RolloutMixin):
         m["async/staleness"] = float(self.global_step - record.version)
         return batch
 
-    async def _launch_rollout(self, rows: list[dict], m: dict, seed_step: int) -> Rollout:
-        return await self.rollout(rows, m, seed_step=seed_step)
-
     def sampler_resume_state(self) -> dict:
         """The sampler state a resumed run continues from: before the prompts of the oldest rollout not trained yet
         (rollouts generated ahead are dropped, their prompts drawn again)."""
@@ -287,9 +290,8 @@ class PPOTrainer(RolloutMixin):
         action_mask = torch.arange(width)[None, :] < lengths[:, None]  # [batch, T]: no holes (RaggedShard relies)
         exp = Experience(samples=samples, action_mask=action_mask)
         if self.cfg.rollout_correction != "off":  # the engines' log-probs of the sampled tokens: [batch, T]
-            exp.rollout_logprobs = torch.zeros(len(completions), width)
-            for i, c in enumerate(completions):
-                exp.rollout_logprobs[i, : len(c.token_ids)] = torch.tensor(c.logprobs, dtype=torch.float32)
+            flat = torch.tensor([lp for c in completions for lp in c.logprobs], dtype=torch.float32)
+            exp.rollout_logprobs = padded_from_flat(flat, lengths, width)
         calls = {}  # role -> (group, method, args)
         if not cfg.reuses_current_logprobs:  # else the update takes its own log-probs (cfg.reuses_current_logprobs)
             calls["policy"] = (roles.policy, "ragged_logprobs", (cfg.temperature,))
