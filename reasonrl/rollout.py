@@ -1,9 +1,10 @@
 """Rollout of one training step: generate with every vLLM engine, score (rule or user reward, plus the learned
 reward model), DAPO dynamic sampling, the ReMax greedy baseline, and the step's rollout metrics.
 
-Scoring is streamed (as in ORZ): the completions of engine e are scored as soon as engine e returns, while the
-other engines still generate (``generate_and_score``); the assembled order is the engine order, as without
-streaming.
+Scoring is streamed (``generate_and_score``, :mod:`reasonrl.rollout_stream`): with ``stream_rollout`` each
+completion as soon as its engine finishes it, else each engine's part as soon as that engine returns (as ORZ
+does), while the engines still generate; the assembled order is prompt-major either way. ``rollout(on_kept=...)``
+hands the samples the step keeps to the forwards as soon as that is known.
 
 ``RolloutMixin`` is part of :class:`reasonrl.trainer.PPOTrainer` (it uses the trainer's ``cfg``, ``roles``,
 ``tokenizer``, ``template``, ``scorer``, ``sampler``, ``reward_model_encoder`` and ``global_step``); it lives here so
@@ -16,13 +17,14 @@ import asyncio
 import dataclasses
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import torch
 
 from reasonrl import algos
 from reasonrl.distributed.worker_group import gather_all
 from reasonrl.rewards.repetition import repetition_stats
+from reasonrl.rollout_stream import KeptRelease, OnReady, score_as_they_arrive
 from reasonrl.types import Completion
 from reasonrl.utils.rng import derive_seed
 
@@ -40,6 +42,7 @@ class Rollout:
     rows: list  # the data row of each sample
     group_ids: list[int]  # prompt-group id of each sample (unique across refills)
     baselines: list[float] | None = None
+    policy_version: int | None = None  # training steps whose weights generated it (set by the trainer)
 
     def __len__(self) -> int:
         return len(self.completions)
@@ -47,7 +50,7 @@ class Rollout:
 
 @dataclasses.dataclass
 class ScoredGeneration:
-    """Completions in engine order (prompt_index into the given rows), their final rewards, and wall times.
+    """Completions in prompt-major order (prompt_index into the given rows), their final rewards, and wall times.
 
     ``generate_s``: from the launch until the LAST engine returned. ``reward_s``: scoring not hidden behind
     generation, i.e. from the last engine's return until every part (and the reward model) was scored.
@@ -98,20 +101,24 @@ class RolloutMixin:
 
     def start_generation(
         self, rows: Sequence[dict], *, n: int, temperature: float, seed: int, logprobs: bool = False
-    ) -> tuple[list, list]:
+    ) -> list[AsyncIterator[list[Completion]]]:
         """Launch ``n`` samples per row, prompts split evenly over the engines (contiguous parts); ``logprobs``:
         each completion carries the engine's log-prob of every sampled token (rollout-policy correction).
 
-        Returns (refs, bounds): refs[e] resolves to engine e's completions, whose prompt_index counts from
-        bounds[e] (engine e got rows[bounds[e]:bounds[e + 1]]).
+        Returns one async iterator per engine that got prompts, yielding lists of finished completions with
+        ``prompt_index`` counted over ``rows``: each completion as its engine finishes it with ``stream_rollout``
+        (``VLLMEngine.generate_stream``), else the engine's whole part at once (``VLLMEngine.generate``). Both
+        give the same completions.
         """
         from reasonrl.distributed.vllm_engine import SamplingConfig
 
         cfg, engines = self.cfg, self.roles.engines
         prompt_ids = self.encode(rows)
         bounds = [round(i * len(rows) / len(engines)) for i in range(len(engines) + 1)]
-        refs = []
+        parts = []
         for e, engine in enumerate(engines):
+            if bounds[e] == bounds[e + 1]:
+                continue  # fewer prompts than engines
             sampling = SamplingConfig(
                 n=n,
                 temperature=temperature,
@@ -123,16 +130,21 @@ class RolloutMixin:
                 seed=derive_seed(seed, e),
                 logprobs=logprobs,
             )
-            refs.append(engine.generate.remote(prompt_ids[bounds[e] : bounds[e + 1]], sampling))
-        return refs, bounds
+            ids = prompt_ids[bounds[e] : bounds[e + 1]]
+            if cfg.stream_rollout:  # launched now, on every engine at once; read as it comes
+                launched = engine.generate_stream.options(num_returns="streaming").remote(ids, sampling)
+            else:
+                launched = engine.generate.remote(ids, sampling)
+            parts.append(_engine_parts(launched, bounds[e], streamed=cfg.stream_rollout))
+        return parts
 
     async def generate(self, rows: Sequence[dict], *, n: int, temperature: float, seed: int) -> list[Completion]:
-        """Sample ``n`` completions per row, prompts split evenly over the engines (all at once), engine order."""
-        refs, bounds = self.start_generation(rows, n=n, temperature=temperature, seed=seed)
-        out: list[Completion] = []
-        for e, part in enumerate(await asyncio.gather(*refs)):
-            out += _with_prompt_offset(part, bounds[e])
-        return out
+        """Sample ``n`` completions per row, prompts split evenly over the engines; prompt-major order."""
+        out = []
+        for engine_parts in self.start_generation(rows, n=n, temperature=temperature, seed=seed):
+            async for part in engine_parts:
+                out += part
+        return sorted(out, key=lambda c: (c.prompt_index, c.sample_index))
 
     def score_serialised(self, completions: Sequence[Completion], rows: Sequence[dict]) -> list:
         """``self.scorer(completions, rows)`` in a worker thread, one call at a time across every concurrent
@@ -161,40 +173,30 @@ class RolloutMixin:
         seed: int,
         model_scores: list | None = None,
         logprobs: bool = False,
+        on_ready: OnReady | None = None,
+        ready_when_scored: bool = True,
     ) -> ScoredGeneration:
-        """``generate`` + ``score`` with the scoring streamed: engine e's completions go to the scorer (in a worker
-        thread, one part at a time) as soon as engine e returns, while the other engines still generate.
+        """``generate`` + ``score``, streamed (:func:`reasonrl.rollout_stream.score_as_they_arrive`): completions
+        are scored as they arrive (each one as it finishes with ``stream_rollout``, else each engine's part), one
+        scorer call at a time, while the engines still generate.
 
-        Completions and results come back in engine order with the same prompt_index offsets as ``generate``, so
-        everything equals ``score(generate(...))`` as long as the scorer scores each sample on its own (true for
-        the math rule; a user reward function sees one engine's part per call). The learned reward model, when
-        there is one, scores all completions after the last engine returned (``model_scores`` in engine order).
+        Completions and results come back prompt-major (prompt index, then sample index), whatever order they
+        finished in, so everything equals ``score(generate(...))`` as long as the scorer scores each sample on its
+        own (true for the built-in rules; a user reward function sees whatever finished together per call). The
+        learned reward model, when there is one, scores all completions after the last engine returned
+        (``model_scores`` in that order). ``on_ready``: see ``score_as_they_arrive`` (rule scores only).
         """
-        start = time.perf_counter()
-        refs, bounds = self.start_generation(rows, n=n, temperature=temperature, seed=seed, logprobs=logprobs)
-        one_scorer_at_a_time = asyncio.Lock()  # this call's parts one after the other (disjoint scoring spans)
-        returned_at: list[float] = []  # when each engine returned
-        scoring_spans: list[tuple[float, float]] = []  # (begin, end) of each scorer call; disjoint (the lock)
+        parts = self.start_generation(rows, n=n, temperature=temperature, seed=seed, logprobs=logprobs)
 
-        async def generate_then_score(ref, offset: int) -> tuple[list[Completion], list]:
-            part = _with_prompt_offset(await ref, offset)
-            returned_at.append(time.perf_counter())
-            if not part:
-                return part, []
-            async with one_scorer_at_a_time:
-                begin = time.perf_counter()
-                results = await asyncio.to_thread(self.score_serialised, part, [rows[c.prompt_index] for c in part])
-                scoring_spans.append((begin, time.perf_counter()))
-            return part, list(results)
+        def score(completions: list[Completion]) -> list:
+            return self.score_serialised(completions, [rows[c.prompt_index] for c in completions])
 
-        parts = await asyncio.gather(*(generate_then_score(ref, bounds[e]) for e, ref in enumerate(refs)))
-        completions = [c for part, _ in parts for c in part]
-        results = [r for _, part_results in parts for r in part_results]
+        completions, results, times = await score_as_they_arrive(
+            parts, score, on_ready=on_ready, ready_when_scored=ready_when_scored
+        )
         await self.add_reward_model_scores(completions, results, model_scores)
-        end = time.perf_counter()
-        generated = max(returned_at, default=start)
-        overlapped = sum(max(0.0, min(stop, generated) - begin) for begin, stop in scoring_spans)
-        return ScoredGeneration(completions, results, generated - start, end - generated, overlapped)
+        reward_s = time.perf_counter() - times.generated  # scoring and the reward model after the last engine
+        return ScoredGeneration(completions, results, times.generate_s, reward_s, times.reward_overlapped_s)
 
     async def eval_set(self, name: str, rows: Sequence[dict]) -> EvalSet:
         """Evaluate one eval set: the first ``eval_max_prompts`` rows, ``eval_n_samples`` samples each at
@@ -240,20 +242,36 @@ class RolloutMixin:
             baseline[c.prompt_index] = float(r.reward)
         return baseline
 
-    async def rollout(self, rows: Sequence[dict], m: dict, seed_step: int | None = None) -> Rollout:
+    async def rollout(
+        self,
+        rows: Sequence[dict],
+        m: dict,
+        seed_step: int | None = None,
+        on_kept: Callable[[list[Completion]], None] | None = None,
+    ) -> Rollout:
         """Generate + score, with DAPO dynamic sampling (drop zero-variance groups, refill up to max tries), and
         for remax one greedy response per prompt as the baseline. Filtering uses the final reward.
 
         Timing metrics (summed over refills; the remax greedy pass is not included): ``time/generate`` is the wall
         time until the last engine returned; ``time/reward`` the scoring time NOT hidden behind generation (from
         the last engine's return until all scoring finished); ``time/reward_overlapped`` the scoring seconds
-        that ran while engines were still generating (``generate_and_score`` streams each engine's part).
+        that ran while engines were still generating (``generate_and_score`` scores completions as they arrive).
 
         ``seed_step``: the completed steps the seeds count (default ``global_step``: the next step's rollout; an
-        asynchronous rollout launched ahead passes the step it is for, so its seeds equal the synchronous loop's)."""
+        asynchronous rollout launched ahead passes the step it is for, so its seeds equal the synchronous loop's).
+
+        ``on_kept``: receives the samples the step will train on, in the returned order, as soon as that is known
+        (:class:`reasonrl.rollout_stream.KeptRelease`): on arrival without dynamic sampling, once a prompt group is
+        scored with it (after the try's reward-model pass when there is a reward model)."""
         seed_step = self.global_step if seed_step is None else seed_step
         cfg = self.cfg
         target = cfg.rollout_batch_size * cfg.n_samples_per_prompt
+        release = None
+        if on_kept is not None:
+            keep_group = _group_has_signal if cfg.dynamic_sampling else None
+            release = KeptRelease(cfg.n_samples_per_prompt, target, keep_group, on_kept)
+        # the kept decision needs final rewards: with dynamic sampling and a reward model, only after the try
+        release_after_try = cfg.dynamic_sampling and self.roles.reward_model is not None
         kept = Rollout([], [], [], [], [] if cfg.advantage_estimator == "remax" else None)
         tries = total_groups = 0
         gen_s = score_s = overlapped_s = 0.0
@@ -264,6 +282,8 @@ class RolloutMixin:
             if tries:
                 self.check_stop("dynamic-sampling refills")
             seed = derive_seed(cfg.seed, "rollout", seed_step, tries)
+            if release is not None:
+                release.start_try(len(rows))
             scored = await self.generate_and_score(
                 rows,
                 n=cfg.n_samples_per_prompt,
@@ -271,8 +291,12 @@ class RolloutMixin:
                 seed=seed,
                 model_scores=model_scores,
                 logprobs=cfg.rollout_correction != "off",  # the behaviour policy's log-probs, for the correction
+                on_ready=None if release is None or release_after_try else release.add,
+                ready_when_scored=cfg.dynamic_sampling,
             )
             completions, results = scored.completions, scored.results
+            if release is not None and release_after_try:
+                release.add(completions, results)
             gen_s += scored.generate_s
             score_s += scored.reward_s
             overlapped_s += scored.reward_overlapped_s
@@ -305,6 +329,10 @@ class RolloutMixin:
             m["sampling/kept_groups_frac"] = len(set(kept.group_ids)) / max(total_groups, 1)
             m["sampling/tries"] = float(tries)
             m["sampling/samples"] = float(len(kept))
+        if release is not None and [id(c) for c in release.released] != [id(c) for c in kept.completions]:
+            raise RuntimeError(  # a bug, not bad input: the streamed forwards would not match the step's samples
+                f"streamed rollout: released {len(release.released)} samples, the step keeps {len(kept)} others"
+            )
         m |= {"time/generate": gen_s, "time/reward": score_s, "time/reward_overlapped": overlapped_s}
         m["perf/tokens_per_s_generate"] = gen_tokens / gen_s
         if model_scores:
@@ -350,6 +378,23 @@ def sample_records(completions, results, rows, *, limit: int | None = None, keys
         record["model_score"] = getattr(r, "model_score", None)
         out.append(record)
     return out
+
+
+def _group_has_signal(rewards: list[float]) -> bool:
+    """DAPO dynamic sampling's decision for one prompt group: keep it iff its final rewards are not all equal
+    (``algos.dynamic_sampling_keep_mask`` on the group alone, so the streamed and the batched decisions agree)."""
+    mask = algos.dynamic_sampling_keep_mask(torch.tensor(rewards), torch.zeros(len(rewards), dtype=torch.long))
+    return bool(mask.all())
+
+
+async def _engine_parts(launched, offset: int, *, streamed: bool):
+    """One engine's completions as they come (see ``RolloutMixin.start_generation``), prompt_index + ``offset``:
+    ``launched`` is the ref of ``generate`` (one part) or the ref generator of ``generate_stream``."""
+    if not streamed:
+        yield _with_prompt_offset(await launched, offset)
+        return
+    async for ref in launched:
+        yield _with_prompt_offset(await ref, offset)
 
 
 def _with_prompt_offset(part: Sequence[Completion], offset: int) -> list[Completion]:

@@ -4,7 +4,8 @@ One step::
 
     prompts  --> rollout (reasonrl.rollout: generate on all vLLM engines, final reward = rule/user reward +
                  learned reward model, dynamic sampling refills, ReMax greedy baseline)
-             --> reference log-probs | critic values | policy log-probs   (concurrently)
+             --> reference log-probs | critic values | policy log-probs   (concurrently; chunk by chunk,
+                 started while the engines generate under split placement: reasonrl.forward_stream)
              --> advantages (reasonrl.learning_signal; warns when there is no signal)
              --> critic update || policy update   (concurrently unless colocated)
              --> weight sync policy -> vLLM (verified) --> eval / checkpoint / log
@@ -29,14 +30,13 @@ from reasonrl import algos
 from reasonrl.data.sampler import PromptSampler
 from reasonrl.distributed.phases import Phase, PhaseMachine
 from reasonrl.distributed.weight_sync import WeightSyncer, resolve_transport, resolve_verify_source
-from reasonrl.distributed.worker_group import gather_all, put_per_rank
+from reasonrl.distributed.worker_group import gather_all
 from reasonrl.experience import (
     Experience,
     mini_batch_counts,
-    padded_from_flat,
     rank_mini_batches,
-    stitch_rank_outputs,
 )
+from reasonrl.forward_stream import ForwardsMixin, covered_seconds, put_rank_shards
 from reasonrl.learning_signal import NoSignalMonitor, no_signal_reason, step_advantages
 from reasonrl.rollout import Rollout, RolloutMixin, sample_records
 from reasonrl.rollout_ahead import RolloutAhead
@@ -58,7 +58,7 @@ class Roles:
 Scorer = Callable[[Sequence[Completion], Sequence[dict]], list]
 
 
-class PPOTrainer(RolloutMixin):
+class PPOTrainer(RolloutMixin, ForwardsMixin):
     def __init__(
         self,
         cfg,
@@ -217,18 +217,29 @@ class PPOTrainer(RolloutMixin):
     async def train_step(self) -> dict[str, float] | None:
         m: dict[str, float] = {}
         self.tracker.set_phase("generate")
-        batch = await self.next_rollout(m)
-        if batch is None:
-            return None
-        self.check_stop("generation")
-        if not batch.completions:
-            logger.warning(
-                f"step {self.global_step + 1}: no learning signal, dynamic sampling kept no prompt group (every "
-                f"group had zero reward variance in {m.get('sampling/tries', 1):.0f} round(s)); skipping the update"
-            )
-            return m
-        await self.phases.enter(Phase.TRAINING)
-        exp = await self.timed_phase(m, "forward", self.make_experience(batch.completions))
+        # stream_rollout under split placement, synchronous: the forwards start on each full chunk of kept samples
+        # while the engines still generate (ahead of time they would run on the weights of an older step)
+        streamed = self.cfg.stream_rollout and self.ahead is None and not self.cfg.colocate_all
+        forwards = self.forward_chunks(launch_when_full=streamed)
+        try:
+            batch = await self.next_rollout(m, on_kept=forwards.add if streamed else None)
+            generated_at = time.perf_counter()
+            if batch is None:
+                return None
+            self.check_stop("generation")
+            if not batch.completions:
+                logger.warning(
+                    f"step {self.global_step + 1}: no learning signal, dynamic sampling kept no prompt group (every "
+                    f"group had zero reward variance in {m.get('sampling/tries', 1):.0f} round(s)); skipping the "
+                    "update"
+                )
+                return m
+            await self.phases.enter(Phase.TRAINING)
+            exp = await self.timed_phase(m, "forward", self.make_experience(batch.completions, forwards))
+        finally:
+            await forwards.close()
+        m["time/forward_overlapped"] = covered_seconds(forwards.spans, until=generated_at)
+        m["perf/forward_chunks"] = float(forwards.num_chunks)
         m["policy/old_logprobs_reused"] = float(self.cfg.reuses_current_logprobs)
         self.check_stop("the forward passes")  # past here the step changes state (controllers, weights): finish it
         start = time.perf_counter()
@@ -236,18 +247,23 @@ class PPOTrainer(RolloutMixin):
         m["time/advantages"] = time.perf_counter() - start
         m |= await self.timed_phase(m, "update", self.update(exp))
         m |= await self.timed_phase(m, "sync", self.sync_for_generation())
-        self.dump_generations(batch.completions, batch.results, batch.rows, step=self.global_step + 1)
+        self.dump_generations(batch, step=self.global_step + 1)
         return m
 
     # ================================================================== rollouts, synchronous or ahead
-    async def next_rollout(self, m: dict) -> Rollout | None:
-        """This step's rollout (None: the data is used up). Synchronous (``async_staleness=0``): generated now.
-        Asynchronous: launched up to ``async_staleness`` steps earlier (:class:`RolloutAhead`), and the rollouts of
-        the next steps are launched before this one trains; logs ``async/staleness`` (updates between the weights
-        that generated it and the ones that train on it) and ``time/wait_rollout``."""
+    async def next_rollout(self, m: dict, on_kept: Callable | None = None) -> Rollout | None:
+        """This step's rollout (None: the data is used up). Synchronous (``async_staleness=0``): generated now
+        (``on_kept``: see ``RolloutMixin.rollout``). Asynchronous: launched up to ``async_staleness`` steps earlier
+        (:class:`RolloutAhead`), and the rollouts of the next steps are launched before this one trains; logs
+        ``async/staleness`` (updates between the weights that generated it and the ones that train on it) and
+        ``time/wait_rollout``. ``Rollout.policy_version``: the training steps whose weights generated it."""
         if self.ahead is None:
             rows = self.sampler.next_batch()
-            return None if rows is None else await self.rollout(rows, m)
+            if rows is None:
+                return None
+            batch = await self.rollout(rows, m, on_kept=on_kept)
+            batch.policy_version = self.global_step
+            return batch
         self.ahead.fill(self.global_step + 1, version=self.global_step)
         taken = await self.ahead.take(self.global_step + 1)
         if taken is None:
@@ -255,6 +271,7 @@ class PPOTrainer(RolloutMixin):
         batch, rollout_metrics, record = taken
         m |= rollout_metrics
         m["async/staleness"] = float(self.global_step - record.version)
+        batch.policy_version = record.version
         return batch
 
     def sampler_resume_state(self) -> dict:
@@ -277,48 +294,6 @@ class PPOTrainer(RolloutMixin):
         return metrics
 
     # ================================================================== experience
-    async def make_experience(self, completions) -> Experience:
-        """Reference / critic / policy forwards: all roles at once under split placement, one role after the other
-        under colocate_all (they share the devices: one activation peak).
-
-        Each rank gets its token-balanced shard as a :class:`RaggedShard` of token ids, put in the object store once
-        per world size (roles of the same size share the refs), and returns flat per-response-token outputs."""
-        cfg, roles = self.cfg, self.roles
-        samples = [(c.prompt_token_ids, c.token_ids) for c in completions]
-        lengths = torch.tensor([len(r) for _, r in samples])
-        width = int(lengths.max())
-        action_mask = torch.arange(width)[None, :] < lengths[:, None]  # [batch, T]: no holes (RaggedShard relies)
-        exp = Experience(samples=samples, action_mask=action_mask)
-        if self.cfg.rollout_correction != "off":  # the engines' log-probs of the sampled tokens: [batch, T]
-            flat = torch.tensor([lp for c in completions for lp in c.logprobs], dtype=torch.float32)
-            exp.rollout_logprobs = padded_from_flat(flat, lengths, width)
-        calls = {}  # role -> (group, method, args)
-        if not cfg.reuses_current_logprobs:  # else the update takes its own log-probs (cfg.reuses_current_logprobs)
-            calls["policy"] = (roles.policy, "ragged_logprobs", (cfg.temperature,))
-        if roles.ref is not None:
-            calls["ref"] = (roles.ref, "ragged_logprobs", (cfg.temperature,))
-        if roles.critic is not None:
-            calls["critic"] = (roles.critic, "ragged_values", ())
-        token_shards: dict[int, tuple[list[list[int]], list]] = {}  # world size -> (indices, one ref per rank)
-
-        async def job(group, method, args):
-            """The role's output in batch order: each rank's flat output placed back at its shard's rows."""
-            if group.world_size not in token_shards:
-                token_shards[group.world_size] = put_rank_shards(exp, group.world_size, with_fields=False)
-            shards, refs = token_shards[group.world_size]
-            parts = await gather_all(group.call_sharded_async(method, refs, *args))
-            return stitch_rank_outputs([p[0] if isinstance(p, tuple) else p for p in parts], lengths, width, shards)
-
-        if cfg.colocate_all:
-            done = {name: await job(*call) for name, call in calls.items()}
-        else:
-            jobs = {name: job(*call) for name, call in calls.items()}
-            done = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
-        exp.old_logprobs = done.get("policy")
-        exp.ref_logprobs = done.get("ref")
-        exp.old_values = done.get("critic")
-        return exp
-
     def compute_advantages(self, exp: Experience, batch: Rollout) -> dict[str, float]:
         """Advantages (``reasonrl.learning_signal.step_advantages``), the KL controller's update, and a warning
         when the step carries no learning signal."""
@@ -462,9 +437,18 @@ class PPOTrainer(RolloutMixin):
             logger.info(f"eval {name} @ step {self.global_step}: {summary}")
         return out
 
-    def dump_generations(self, completions, results, rows, step: int) -> None:
+    def dump_generations(self, batch: Rollout, step: int) -> None:
+        """The first ``dump_generations`` trained samples of the step, each with the policy version (training
+        steps) whose weights generated it."""
         if self.cfg.dump_generations:
-            records = sample_records(completions, results, rows, limit=self.cfg.dump_generations, split="train")
+            records = sample_records(
+                batch.completions,
+                batch.results,
+                batch.rows,
+                limit=self.cfg.dump_generations,
+                split="train",
+                policy_version=batch.policy_version,
+            )
             self.tracker.dump_generations(step, records)
 
     # ================================================================== checkpoints
@@ -523,14 +507,6 @@ class PPOTrainer(RolloutMixin):
 # ====================================================================== helpers
 class _StepAbandoned(Exception):
     """A stop was asked before the step changed any state (weights, optimizer, controllers): the step is dropped."""
-
-
-def put_rank_shards(exp: Experience, world_size: int, *, with_fields: bool) -> tuple[list[list[int]], list]:
-    """``(indices, refs)``: each rank's token-balanced sample indices (``Experience.shard_indices``) and its
-    :class:`RaggedShard` put in the object store once (token ids only, or with every per-token field). The
-    forwards send token ids alone (the fields do not exist yet); the update sends both, once per step."""
-    shards = exp.shard_indices(world_size)
-    return shards, put_per_rank([exp.ragged(idx, with_fields=with_fields) for idx in shards])
 
 
 def _mean_metrics(per_step: Sequence[Sequence[dict]]) -> dict[str, float]:

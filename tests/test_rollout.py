@@ -1,8 +1,10 @@
-"""Streamed scoring in ``RolloutMixin.generate_and_score``: engine e's completions are scored as soon as engine e
-returns, and the assembled completions/results equal the non-streaming ``score(generate(...))``.
+"""Streamed scoring in ``RolloutMixin.generate_and_score``: with ``stream_rollout=false`` engine e's completions
+are scored as soon as engine e returns; with ``stream_rollout=true`` each completion as soon as it finishes. Either
+way the assembled completions/results equal the non-streaming ``score(generate(...))``.
 
-The engines are fakes (``generate.remote`` returns an asyncio task): this is a unit test of the logic around the
-engines; tests/test_trainer.py runs the same code on real Ray + vLLM engines.
+The engines are fakes (``generate.remote`` returns an asyncio task, ``generate_stream`` yields one completion at a
+time): this is a unit test of the logic around the engines; tests/test_trainer.py and
+tests/test_trainer_streaming.py run the same code on real Ray + vLLM engines.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class FakeEngine:
         self.name, self.delay_s, self.wait_for = name, delay_s, wait_for
         self.finished = threading.Event()
         self.generate = SimpleNamespace(remote=self._remote)
+        # generate_stream.options(num_returns="streaming").remote(...) -> async iterator of awaitable parts
+        self.generate_stream = SimpleNamespace(options=lambda num_returns: SimpleNamespace(remote=self._stream))
 
     def _remote(self, prompt_ids, sampling):
         return asyncio.get_running_loop().create_task(self._generate(prompt_ids, sampling))
@@ -36,7 +40,21 @@ class FakeEngine:
         await asyncio.sleep(self.delay_s)
         if self.wait_for is not None:
             await asyncio.to_thread(self.wait_for.wait, WAIT_LIMIT_S)
-        out = [
+        out = self._completions(prompt_ids, sampling)
+        self.finished.set()
+        return out
+
+    async def _stream(self, prompt_ids, sampling):
+        """One completion per part, the LAST sample first (finish order differs from prompt order)."""
+        await asyncio.sleep(self.delay_s)
+        for c in reversed(self._completions(prompt_ids, sampling)):
+            if c is not None and self.wait_for is not None and c.prompt_index == 0 and c.sample_index == 0:
+                await asyncio.to_thread(self.wait_for.wait, WAIT_LIMIT_S)  # the engine's first sample comes last
+            yield asyncio.sleep(0.01, result=[c])
+        self.finished.set()
+
+    def _completions(self, prompt_ids, sampling) -> list[Completion]:
+        return [
             Completion(
                 prompt_index=p,
                 sample_index=k,
@@ -48,8 +66,6 @@ class FakeEngine:
             for p, ids in enumerate(prompt_ids)
             for k in range(sampling.n)
         ]
-        self.finished.set()
-        return out
 
 
 class RecordingScorer:
@@ -72,9 +88,15 @@ class RecordingScorer:
 
 
 class FakeTrainer(RolloutMixin):
-    def __init__(self, engines: list[FakeEngine], scorer: RecordingScorer):
+    def __init__(self, engines: list[FakeEngine], scorer: RecordingScorer, stream: bool = False):
         self.cfg = SimpleNamespace(
-            max_prompt_len=16, top_p=1.0, top_k=0, generate_max_len=8, stop=(), include_stop_str_in_output=False
+            max_prompt_len=16,
+            top_p=1.0,
+            top_k=0,
+            generate_max_len=8,
+            stop=(),
+            include_stop_str_in_output=False,
+            stream_rollout=stream,
         )
         self.roles = SimpleNamespace(engines=engines, reward_model=None)
         self.scorer = scorer
@@ -131,7 +153,8 @@ def test_an_engine_without_prompts_is_not_scored():
     scorer = RecordingScorer(engines)
     scored = asyncio.run(FakeTrainer(engines, scorer).generate_and_score(ROWS[:2], n=1, temperature=0.0, seed=0))
     assert [c.prompt_index for c in scored.completions] == [0, 1]
-    assert len(scorer.calls) == 2  # 2 rows over 3 engines: one engine got none
+    assert not engines[1].finished.is_set()  # 2 rows over 3 engines: engine 1 got no prompts and no call
+    assert engines[0].finished.is_set() and engines[2].finished.is_set()
 
 
 def test_eval_set_groups_by_prompt_and_records_every_sample():
@@ -178,3 +201,19 @@ def test_concurrent_rollouts_never_call_the_scorer_at_the_same_time():
     results = asyncio.run(three_at_once())
     assert all(len(r.results) == len(ROWS) for r in results)
     assert most[0] == 1  # 6 scorer calls (3 rollouts x 2 engines), never two at once
+
+
+def test_streamed_completions_are_scored_one_by_one_and_equal_the_batched_result():
+    """stream_rollout: the first scorer call holds the first completions to finish (one per engine at most), made
+    while every engine still generates (engine 1 holds its last sample back until something was scored); the
+    assembled result equals the per-engine one."""
+    engines, scorer = _slow_first_engines()
+    streamed = asyncio.run(
+        FakeTrainer(engines, scorer, stream=True).generate_and_score(ROWS, n=2, temperature=1.0, seed=0)
+    )
+    first = scorer.calls[0]
+    assert len(first["texts"]) < 4 and first["engines_finished"] == [False, False, False]  # engine 0's part: 4
+    assert len(scorer.calls) > 3  # more calls than engines
+    engines, scorer = _slow_first_engines()
+    batched = asyncio.run(FakeTrainer(engines, scorer).generate_and_score(ROWS, n=2, temperature=1.0, seed=0))
+    assert streamed.completions == batched.completions and streamed.results == batched.results

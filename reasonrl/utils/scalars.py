@@ -149,9 +149,17 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("time/reward", "reward computation not hidden behind generation (after the last engine returned)"),
     Scalar(
         "time/reward_overlapped",
-        "reward computation that ran while engines were still generating (each engine's part is scored on arrival)",
+        "reward computation that ran while engines were still generating (completions are scored as they arrive)",
     ),
-    Scalar("time/forward", "forward passes: reference logprobs, critic values, old policy logprobs"),
+    Scalar(
+        "time/forward",
+        "forward passes (reference logprobs, critic values, old policy logprobs) not hidden behind generation",
+    ),
+    Scalar(
+        "time/forward_overlapped",
+        "stream_rollout: seconds in which forward chunks ran while the engines still generated (0 when not streamed)",
+    ),
+    Scalar("perf/forward_chunks", "chunks the step's forward passes were cut into (forward_chunk_tokens each)"),
     Scalar("time/advantages", "advantage and return computation"),
     Scalar("time/update", "policy and critic updates"),
     Scalar("time/sync", "weight sync policy -> vLLM, including verification"),

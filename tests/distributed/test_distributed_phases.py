@@ -186,7 +186,12 @@ def test_trainer_serialises_forwards_only_under_colocate_all():
 
         trainer = PPOTrainer.__new__(PPOTrainer)
         trainer.cfg = types.SimpleNamespace(
-            colocate_all=colocate_all, temperature=1.0, reuses_current_logprobs=reuse, rollout_correction="off"
+            colocate_all=colocate_all,
+            temperature=1.0,
+            reuses_current_logprobs=reuse,
+            rollout_correction="off",
+            forward_chunk_tokens=None,
+            max_tokens_per_micro_batch=16384,
         )
         trainer.roles = Roles(policy=Group("policy"), engines=[], ref=Group("ref"), critic=Group("critic"))
         completions = [types.SimpleNamespace(prompt_token_ids=[1, 2], token_ids=[3, 4])]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import ray
 import torch
 from transformers import AutoModelForCausalLM
@@ -84,3 +85,76 @@ def test_the_rotary_reload_warning_is_dropped_and_other_reload_warnings_pass():
 
     assert not flt.filter(record("RotaryEmbedding"))
     assert flt.filter(record("QKVParallelLinear"))  # a weight that really failed to load is still reported
+
+
+def test_generate_stream_yields_completions_as_they_finish_and_equals_generate(vllm_engine, tiny_tokenizer):
+    """``generate_stream`` (a Ray streaming generator) returns each completion the engine step it finishes; the
+    stop string makes the random model's samples end at different lengths. Collected, it equals ``generate``."""
+    import asyncio
+
+    prompt_ids = [tiny_tokenizer(p).input_ids for p in PROMPTS]
+    sampling = SamplingConfig(n=3, temperature=1.0, max_tokens=48, seed=11, stop=["e"], logprobs=True)
+    batch = ray.get(vllm_engine.generate.remote(prompt_ids, sampling))
+
+    async def consume() -> list[list]:
+        gen = vllm_engine.generate_stream.options(num_returns="streaming").remote(prompt_ids, sampling)
+        return [await ref async for ref in gen]
+
+    parts = asyncio.run(consume())
+    streamed = sorted((c for part in parts for c in part), key=lambda c: (c.prompt_index, c.sample_index))
+    assert len({len(c.token_ids) for c in batch}) > 1  # samples of different lengths ...
+    assert len(parts) > 1  # ... came back in several parts, shortest first
+    assert [len(part[0].token_ids) for part in parts] == sorted(len(part[0].token_ids) for part in parts)
+    assert [(c.token_ids, c.logprobs, c.text) for c in streamed] == [(c.token_ids, c.logprobs, c.text) for c in batch]
+
+
+def test_every_sample_of_a_call_has_its_own_random_stream(vllm_engine, tiny_tokenizer):
+    """Sample j of prompt i is seeded seed + i*n + j: the same prompt twice gets different samples in every
+    position (vLLM's own n > 1 seeding, seed_i + j, would give prompt 1's sample 0 the stream of prompt 0's sample
+    1)."""
+    prompt_ids = [tiny_tokenizer(PROMPTS[0]).input_ids] * 2
+    sampling = SamplingConfig(n=2, temperature=1.0, max_tokens=16, seed=3, ignore_eos=True)
+    p0s0, p0s1, p1s0, p1s1 = (c.token_ids for c in ray.get(vllm_engine.generate.remote(prompt_ids, sampling)))
+    assert len({tuple(t) for t in (p0s0, p0s1, p1s0, p1s1)}) == 4
+
+
+def test_closing_the_stream_early_aborts_the_running_requests():
+    """Logic around vLLM (its engine is a stand-in here): a consumer that stops reading closes the generator, and
+    the requests still running are aborted; an engine busy with another call's requests is refused."""
+    from types import SimpleNamespace
+
+    from reasonrl.distributed.vllm_engine import VLLMEngine
+
+    class StandInLLMEngine:
+        def __init__(self):
+            self.running: list[str] = []
+            self.aborted: list[str] = []
+            self.renderer = SimpleNamespace(render_cmpl=lambda prompts: list(prompts))
+
+        def add_request(self, request_id, prompt, params):
+            self.running.append(request_id)
+
+        def has_unfinished_requests(self):
+            return bool(self.running)
+
+        def step(self):  # one request finishes per step
+            rid = self.running.pop(0)
+            out = SimpleNamespace(token_ids=[1], text="x", finish_reason="length", logprobs=None)
+            return [SimpleNamespace(request_id=rid, finished=True, outputs=[out], prompt_token_ids=[5])]
+
+        def abort_request(self, request_ids):
+            self.aborted += request_ids
+            self.running = [r for r in self.running if r not in request_ids]
+
+    engine = VLLMEngine.__new__(VLLMEngine)
+    engine._requests_started = 0
+    engine.llm = SimpleNamespace(llm_engine=StandInLLMEngine())
+    stream = engine.generate_stream([[5], [6]], SamplingConfig(n=2, max_tokens=1))
+    (first,) = next(stream)
+    assert (first.prompt_index, first.sample_index) == (0, 0)
+    stream.close()  # the consumer stopped reading
+    assert engine.llm.llm_engine.aborted == ["reasonrl-1", "reasonrl-2", "reasonrl-3"]
+    assert [(c.prompt_index, c.sample_index) for c in engine.generate([[7]], SamplingConfig(n=2))] == [(0, 0), (0, 1)]
+    engine.llm.llm_engine.running = ["someone-else"]
+    with pytest.raises(RuntimeError, match="still runs requests"):
+        next(engine.generate_stream([[5]], SamplingConfig()))

@@ -1,0 +1,225 @@
+"""The forward passes of a step (reference log-probs, critic values, the policy's old log-probs), run chunk by chunk.
+
+The step's samples are cut into chunks in sample order: a chunk closes as soon as it holds ``chunk_tokens`` tokens
+(prompt + response), the rest is the last chunk. The cut depends only on the samples, never on timing, so a chunk
+computes the same numbers whether it is launched while the engines still generate (``stream_rollout`` under split
+placement with ``async_staleness=0``: :meth:`ForwardChunks.add` receives the kept samples as the rollout releases
+them) or after the rollout. Each chunk is one call per role (``run_chunk``), sharded over the role's ranks; the
+outputs are padded to the step's longest response and concatenated::
+
+    chunk c:  run_chunk(samples of c) -> {role: [batch_c, T_c]}
+    step:     {role: cat_c(pad(out_c, T))}  [batch, T],  T = max response length of the step
+
+Calls to one role's ranks are issued in chunk order (each chunk's calls go out together), so every rank of a
+ZeRO-3 group runs the same collectives in the same order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+import torch
+
+from reasonrl.distributed.worker_group import gather_all, put_per_rank
+from reasonrl.experience import Experience, padded_from_flat, stitch_rank_outputs
+from reasonrl.types import Completion
+
+# run_chunk(samples) -> {role: [len(samples), max response length of the chunk] float tensor, or None}
+RunChunk = Callable[[list[Completion]], Awaitable[dict[str, torch.Tensor | None]]]
+
+
+def chunk_bounds(token_counts: Sequence[int], chunk_tokens: int | None) -> list[tuple[int, int]]:
+    """``[(begin, end), ...]``: consecutive chunks of the samples, each closed once it holds ``chunk_tokens`` tokens
+    (the last one holds the rest). ``chunk_tokens`` None or 0: one chunk. No chunk is empty."""
+    bounds, begin, tokens = [], 0, 0
+    for i, count in enumerate(token_counts):
+        tokens += count
+        if chunk_tokens and tokens >= chunk_tokens:
+            bounds.append((begin, i + 1))
+            begin, tokens = i + 1, 0
+    if begin < len(token_counts):
+        bounds.append((begin, len(token_counts)))
+    return bounds
+
+
+def sample_tokens(c: Completion) -> int:
+    """Tokens one sample costs in a forward pass: its prompt and its response."""
+    return len(c.prompt_token_ids) + len(c.token_ids)
+
+
+def concat_padded(parts: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+    """``[batch_c, T_c]`` tensors -> one ``[sum batch_c, width]`` tensor (zeros right of each part's width)."""
+    out = [torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in parts]
+    return torch.cat(out, dim=0)
+
+
+def covered_seconds(spans: Sequence[tuple[float, float]], until: float) -> float:
+    """Seconds before ``until`` during which at least one span ran (the union of the spans, clipped)."""
+    total, reach = 0.0, float("-inf")
+    for begin, end in sorted(spans):
+        begin, end = max(begin, reach), min(end, until)
+        if end > begin:
+            total += end - begin
+        reach = max(reach, end)
+    return total
+
+
+class ForwardChunks:
+    """One step's forwards, chunk by chunk (see the module docstring).
+
+    Args:
+        run_chunk: the forwards of one chunk (every role).
+        chunk_tokens: tokens per chunk (None or 0: the whole step is one chunk).
+        launch_when_full: start each chunk as soon as :meth:`add` fills it (streaming); else all at :meth:`finish`.
+        sequential: run the chunks one after the other (colocate_all: one activation peak on the shared devices).
+    """
+
+    def __init__(
+        self, run_chunk: RunChunk, chunk_tokens: int | None, *, launch_when_full: bool, sequential: bool = False
+    ):
+        if launch_when_full and sequential:
+            raise ValueError("ForwardChunks: streamed chunks overlap generation and each other; not with sequential")
+        self.run_chunk, self.chunk_tokens = run_chunk, chunk_tokens
+        self.launch_when_full, self.sequential = launch_when_full, sequential
+        self.samples: list[Completion] = []
+        self._open: list[Completion] = []
+        self._open_tokens = 0
+        self._chunks: list[list[Completion]] = []
+        self._tasks: list[asyncio.Future] = []
+        self.spans: list[tuple[float, float]] = []  # (begin, end) of each chunk's forwards
+
+    def add(self, completions: Sequence[Completion]) -> None:
+        """Append samples (in the step's order); a chunk that becomes full is closed (and launched when
+        streaming)."""
+        for c in completions:
+            self.samples.append(c)
+            self._open.append(c)
+            self._open_tokens += sample_tokens(c)
+            if self.chunk_tokens and self._open_tokens >= self.chunk_tokens:
+                self._close()
+
+    def _close(self) -> None:
+        chunk, self._open, self._open_tokens = self._open, [], 0
+        self._chunks.append(chunk)
+        if self.launch_when_full:
+            self._tasks.append(asyncio.ensure_future(self._timed(chunk)))
+
+    async def _timed(self, chunk: list[Completion]) -> dict[str, torch.Tensor | None]:
+        begin = time.perf_counter()
+        out = await self.run_chunk(chunk)
+        self.spans.append((begin, time.perf_counter()))
+        return out
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self._chunks) + bool(self._open)
+
+    async def finish(self, completions: Sequence[Completion]) -> dict[str, torch.Tensor | None]:
+        """The outputs of every role for ``completions`` (which must be the samples added, in order; those not
+        added yet are added now): ``{role: [batch, T] or None}``."""
+        if len(self.samples) > len(completions) or any(
+            a is not b for a, b in zip(self.samples, completions, strict=False)
+        ):
+            raise RuntimeError(
+                f"ForwardChunks: the {len(self.samples)} samples streamed are not the first of the step's "
+                f"{len(completions)}"
+            )
+        self.add(completions[len(self.samples) :])
+        if self._open:
+            self._close()
+        if self.launch_when_full:
+            outputs = list(await asyncio.gather(*self._tasks))
+        elif self.sequential:
+            outputs = [await self._timed(chunk) for chunk in self._chunks]
+        else:
+            outputs = list(await asyncio.gather(*(self._timed(chunk) for chunk in self._chunks)))
+        if not outputs:
+            return {}
+        width = max(len(c.token_ids) for c in completions)
+        return {
+            role: None if outputs[0][role] is None else concat_padded([out[role] for out in outputs], width)
+            for role in outputs[0]
+        }
+
+    async def close(self) -> None:
+        """Wait for the chunks already launched (a step abandoned or failed): their calls are queued at the
+        workers, so they finish before anything issued later; errors are dropped (the step is gone)."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class ForwardsMixin:
+    """The step's forwards, part of :class:`reasonrl.trainer.PPOTrainer` (it uses the trainer's ``cfg`` and
+    ``roles``); here so each file keeps one job."""
+
+    def forward_chunks(self, *, launch_when_full: bool) -> ForwardChunks:
+        """The step's forwards in chunks of ``forward_chunk_tokens`` (default: a full micro-batch on every policy
+        rank), streamed or not (:mod:`reasonrl.forward_stream`); one chunk after the other under colocate_all."""
+        cfg = self.cfg
+        tokens = cfg.forward_chunk_tokens or self.roles.policy.world_size * cfg.max_tokens_per_micro_batch
+        sequential = cfg.colocate_all and not launch_when_full
+        return ForwardChunks(self.forward_chunk, tokens, launch_when_full=launch_when_full, sequential=sequential)
+
+    async def make_experience(self, completions, forwards: ForwardChunks | None = None) -> Experience:
+        """The step's :class:`Experience`: token ids, masks, the engines' log-probs (rollout correction), and the
+        reference / critic / policy forwards (:meth:`forward_chunk` per chunk; ``forwards`` may have started
+        some while the engines generated)."""
+        samples = [(c.prompt_token_ids, c.token_ids) for c in completions]
+        lengths = torch.tensor([len(r) for _, r in samples])
+        width = int(lengths.max())
+        action_mask = torch.arange(width)[None, :] < lengths[:, None]  # [batch, T]: no holes (RaggedShard relies)
+        exp = Experience(samples=samples, action_mask=action_mask)
+        if self.cfg.rollout_correction != "off":  # the engines' log-probs of the sampled tokens: [batch, T]
+            flat = torch.tensor([lp for c in completions for lp in c.logprobs], dtype=torch.float32)
+            exp.rollout_logprobs = padded_from_flat(flat, lengths, width)
+        forwards = forwards or self.forward_chunks(launch_when_full=False)
+        done = await forwards.finish(completions)
+        exp.old_logprobs = done.get("policy")
+        exp.ref_logprobs = done.get("ref")
+        exp.old_values = done.get("critic")
+        return exp
+
+    async def forward_chunk(self, completions: Sequence[Completion]) -> dict[str, torch.Tensor | None]:
+        """Reference / critic / policy forwards of some samples: ``{role: [batch, T]}`` with T their longest
+        response. All roles at once under split placement, one after the other under colocate_all (they share the
+        devices: one activation peak).
+
+        Each rank gets its token-balanced shard as a :class:`RaggedShard` of token ids, put in the object store once
+        per world size (roles of the same size share the refs), and returns flat per-response-token outputs."""
+        cfg, roles = self.cfg, self.roles
+        samples = [(c.prompt_token_ids, c.token_ids) for c in completions]
+        lengths = torch.tensor([len(r) for _, r in samples])
+        width = int(lengths.max())
+        exp = Experience(samples=samples, action_mask=torch.arange(width)[None, :] < lengths[:, None])
+        calls = {}  # role -> (group, method, args)
+        if not cfg.reuses_current_logprobs:  # else the update takes its own log-probs (cfg.reuses_current_logprobs)
+            calls["policy"] = (roles.policy, "ragged_logprobs", (cfg.temperature,))
+        if roles.ref is not None:
+            calls["ref"] = (roles.ref, "ragged_logprobs", (cfg.temperature,))
+        if roles.critic is not None:
+            calls["critic"] = (roles.critic, "ragged_values", ())
+        token_shards: dict[int, tuple[list[list[int]], list]] = {}  # world size -> (indices, one ref per rank)
+
+        async def job(group, method, args):
+            """The role's output in batch order: each rank's flat output placed back at its shard's rows."""
+            if group.world_size not in token_shards:
+                token_shards[group.world_size] = put_rank_shards(exp, group.world_size, with_fields=False)
+            shards, refs = token_shards[group.world_size]
+            parts = await gather_all(group.call_sharded_async(method, refs, *args))
+            return stitch_rank_outputs([p[0] if isinstance(p, tuple) else p for p in parts], lengths, width, shards)
+
+        if cfg.colocate_all:
+            done = {name: await job(*call) for name, call in calls.items()}
+        else:
+            jobs = {name: job(*call) for name, call in calls.items()}
+            done = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
+        return {role: done.get(role) for role in ("policy", "ref", "critic")}
+
+
+def put_rank_shards(exp: Experience, world_size: int, *, with_fields: bool) -> tuple[list[list[int]], list]:
+    """``(indices, refs)``: each rank's token-balanced sample indices (``Experience.shard_indices``) and its
+    :class:`RaggedShard` put in the object store once (token ids only, or with every per-token field). The
+    forwards send token ids alone (the fields do not exist yet); the update sends both, once per step."""
+    shards = exp.shard_indices(world_size)
+    return shards, put_per_rank([exp.ragged(idx, with_fields=with_fields) for idx in shards])
