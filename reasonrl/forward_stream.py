@@ -1,7 +1,7 @@
 """The forward passes of a step (reference log-probs, critic values, the policy's old log-probs), run chunk by chunk.
 
-The step's samples are cut into chunks in sample order: a chunk closes as soon as it holds ``chunk_tokens`` tokens
-(prompt + response), the rest is the last chunk. The cut depends only on the samples, never on timing, so a chunk
+The step's samples are cut into chunks in sample order, each holding at most ``chunk_tokens`` tokens (prompt +
+response; a longer sample is a chunk alone). The cut depends only on the samples, never on timing, so a chunk
 computes the same numbers whether it is launched while the engines still generate (``stream_rollout`` under split
 placement with ``async_staleness=0``: :meth:`ForwardChunks.add` receives the kept samples as the rollout releases
 them) or after the rollout. Each chunk is one call per role (``run_chunk``), sharded over the role's ranks; the
@@ -31,17 +31,43 @@ RunChunk = Callable[[list[Completion]], Awaitable[dict[str, torch.Tensor | None]
 
 
 def chunk_bounds(token_counts: Sequence[int], chunk_tokens: int | None) -> list[tuple[int, int]]:
-    """``[(begin, end), ...]``: consecutive chunks of the samples, each closed once it holds ``chunk_tokens`` tokens
-    (the last one holds the rest). ``chunk_tokens`` None or 0: one chunk. No chunk is empty."""
-    bounds, begin, tokens = [], 0, 0
+    """``[(begin, end), ...]``: consecutive chunks of the samples holding at most ``chunk_tokens`` tokens each (a
+    sample larger than that is a chunk alone): a chunk closes when it is exactly full, or before the sample that
+    would overflow it. ``chunk_tokens`` None or 0: one chunk. No chunk is empty. :class:`ForwardChunks` cuts so."""
+    cutter = _ChunkCutter(chunk_tokens)
+    bounds, begin = [], 0
     for i, count in enumerate(token_counts):
-        tokens += count
-        if chunk_tokens and tokens >= chunk_tokens:
+        if cutter.closes_before(count):
+            bounds.append((begin, i))
+            begin = i
+        if cutter.closes_after(count):
             bounds.append((begin, i + 1))
-            begin, tokens = i + 1, 0
+            begin = i + 1
     if begin < len(token_counts):
         bounds.append((begin, len(token_counts)))
     return bounds
+
+
+class _ChunkCutter:
+    """The cutting rule of :func:`chunk_bounds`, fed one sample at a time (tracks the open chunk's tokens)."""
+
+    def __init__(self, chunk_tokens: int | None):
+        self.budget, self.tokens = chunk_tokens or 0, 0
+
+    def closes_before(self, count: int) -> bool:
+        """True: close the open (non-empty) chunk before this sample, which would overflow it."""
+        if self.budget and self.tokens and self.tokens + count > self.budget:
+            self.tokens = 0
+            return True
+        return False
+
+    def closes_after(self, count: int) -> bool:
+        """Add the sample; True: close the chunk after it (full, or the sample alone fills the budget)."""
+        self.tokens += count
+        if self.budget and self.tokens >= self.budget:
+            self.tokens = 0
+            return True
+        return False
 
 
 def sample_tokens(c: Completion) -> int:
@@ -85,9 +111,10 @@ class ForwardChunks:
         self.launch_when_full, self.sequential = launch_when_full, sequential
         self.samples: list[Completion] = []
         self._open: list[Completion] = []
-        self._open_tokens = 0
+        self._cutter = _ChunkCutter(chunk_tokens)
         self._chunks: list[list[Completion]] = []
         self._tasks: list[asyncio.Future] = []
+        self.launched_early = 0  # set by finish: chunks launched while the rollout was still running
         self.spans: list[tuple[float, float]] = []  # (begin, end) of each chunk's forwards
 
     def add(self, completions: Sequence[Completion]) -> None:
@@ -95,13 +122,14 @@ class ForwardChunks:
         streaming)."""
         for c in completions:
             self.samples.append(c)
+            if self._cutter.closes_before(sample_tokens(c)):
+                self._close()
             self._open.append(c)
-            self._open_tokens += sample_tokens(c)
-            if self.chunk_tokens and self._open_tokens >= self.chunk_tokens:
+            if self._cutter.closes_after(sample_tokens(c)):
                 self._close()
 
     def _close(self) -> None:
-        chunk, self._open, self._open_tokens = self._open, [], 0
+        chunk, self._open = self._open, []
         self._chunks.append(chunk)
         if self.launch_when_full:
             self._tasks.append(asyncio.ensure_future(self._timed(chunk)))
@@ -126,6 +154,7 @@ class ForwardChunks:
                 f"ForwardChunks: the {len(self.samples)} samples streamed are not the first of the step's "
                 f"{len(completions)}"
             )
+        self.launched_early = len(self._tasks)  # chunks that started before the rollout was complete
         self.add(completions[len(self.samples) :])
         if self._open:
             self._close()
@@ -154,8 +183,8 @@ class ForwardsMixin:
     ``roles``); here so each file keeps one job."""
 
     def forward_chunks(self, *, launch_when_full: bool) -> ForwardChunks:
-        """The step's forwards in chunks of ``forward_chunk_tokens`` (default: a full micro-batch on every policy
-        rank), streamed or not (:mod:`reasonrl.forward_stream`); one chunk after the other under colocate_all."""
+        """The step's forwards in chunks of at most ``forward_chunk_tokens`` (default: one micro-batch's budget per
+        policy rank), streamed or not (:mod:`reasonrl.forward_stream`); one chunk after the other under colocate_all."""
         cfg = self.cfg
         tokens = cfg.forward_chunk_tokens or self.roles.policy.world_size * cfg.max_tokens_per_micro_batch
         sequential = cfg.colocate_all and not launch_when_full

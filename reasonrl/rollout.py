@@ -262,7 +262,8 @@ class RolloutMixin:
 
         ``on_kept``: receives the samples the step will train on, in the returned order, as soon as that is known
         (:class:`reasonrl.rollout_stream.KeptRelease`): on arrival without dynamic sampling, once a prompt group is
-        scored with it (after the try's reward-model pass when there is a reward model)."""
+        scored with it; after the try's reward-model pass when that pass decides (dynamic sampling) or shares its
+        devices with the critic (``colocate_critic_reward``)."""
         seed_step = self.global_step if seed_step is None else seed_step
         cfg = self.cfg
         target = cfg.rollout_batch_size * cfg.n_samples_per_prompt
@@ -270,8 +271,9 @@ class RolloutMixin:
         if on_kept is not None:
             keep_group = _group_has_signal if cfg.dynamic_sampling else None
             release = KeptRelease(cfg.n_samples_per_prompt, target, keep_group, on_kept)
-        # the kept decision needs final rewards: with dynamic sampling and a reward model, only after the try
-        release_after_try = cfg.dynamic_sampling and self.roles.reward_model is not None
+        # After the try's reward-model pass: with dynamic sampling (the kept decision needs final rewards), and when
+        # the reward model shares its devices with the critic (their forwards would overlap: two activation peaks)
+        release_after_try = self.roles.reward_model is not None and (cfg.dynamic_sampling or cfg.colocate_critic_reward)
         kept = Rollout([], [], [], [], [] if cfg.advantage_estimator == "remax" else None)
         tries = total_groups = 0
         gen_s = score_s = overlapped_s = 0.0

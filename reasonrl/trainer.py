@@ -240,6 +240,7 @@ class PPOTrainer(RolloutMixin, ForwardsMixin):
             await forwards.close()
         m["time/forward_overlapped"] = covered_seconds(forwards.spans, until=generated_at)
         m["perf/forward_chunks"] = float(forwards.num_chunks)
+        m["perf/forward_chunks_early"] = float(forwards.launched_early)
         m["policy/old_logprobs_reused"] = float(self.cfg.reuses_current_logprobs)
         self.check_stop("the forward passes")  # past here the step changes state (controllers, weights): finish it
         start = time.perf_counter()

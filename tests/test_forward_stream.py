@@ -1,6 +1,7 @@
 """``reasonrl.forward_stream``: chunk boundaries that depend only on the samples, chunks launched as they fill
 (streaming) or all at the end, outputs assembled in sample order. ``run_chunk`` is a fake here (a unit test of the
-logic around the workers); tests/test_trainer_streaming.py runs it on real DeepSpeed workers."""
+logic around the workers); tests/test_trainer_split_placement.py and test_trainer_features.py run it on real
+DeepSpeed workers."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ def completion(i: int, prompt_len: int = 3, response_len: int = 2) -> Completion
     )
 
 
-def test_chunk_bounds_close_a_chunk_once_it_holds_the_budget():
-    assert chunk_bounds([5, 5, 5, 5, 5], 10) == [(0, 2), (2, 4), (4, 5)]
-    assert chunk_bounds([12, 1, 9, 1], 10) == [(0, 1), (1, 3), (3, 4)]  # an oversized sample is a chunk alone
+def test_chunks_hold_at_most_the_budget():
+    assert chunk_bounds([5, 5, 5, 5, 5], 10) == [(0, 2), (2, 4), (4, 5)]  # exactly full: closed at once
+    assert chunk_bounds([4, 5, 6, 4, 5, 6], 10) == [(0, 2), (2, 4), (4, 5), (5, 6)]  # closed before overflowing
+    assert chunk_bounds([3, 12, 1, 9, 1], 10) == [(0, 1), (1, 2), (2, 4), (4, 5)]  # an oversized sample: alone
     assert chunk_bounds([5, 5], None) == [(0, 2)] == chunk_bounds([5, 5], 0)
     assert chunk_bounds([], 10) == []
     assert sample_tokens(completion(0, prompt_len=7, response_len=4)) == 11
@@ -70,16 +72,17 @@ def test_streamed_chunks_start_as_they_fill_and_assemble_in_sample_order():
         chunks.add(samples[:2])  # 4 + 5 tokens: not full
         await asyncio.sleep(0)
         assert run_chunk.chunks == []
-        chunks.add(samples[2:3])  # 15 tokens: chunk [0, 1, 2] launched before the rollout ends
+        chunks.add(samples[2:3])  # 6 more would overflow: chunk [0, 1] launched before the rollout ends
         await asyncio.sleep(0)
-        assert run_chunk.chunks == [[0, 1, 2]]
-        chunks.add(samples[3:5])
-        out = await chunks.finish(samples)  # samples 5, 6 added now: [3, 4, 5] fills, [6] is the last chunk
+        assert run_chunk.chunks == [[0, 1]]
+        chunks.add(samples[3:5])  # 6 + 4 = 10: [2, 3] exactly full
+        out = await chunks.finish(samples)  # samples 5, 6 added now
         return run_chunk, chunks, out
 
     run_chunk, chunks, out = asyncio.run(run())
-    assert run_chunk.chunks == [[0, 1, 2], [3, 4, 5], [6]]
-    assert chunks.num_chunks == 3 and len(chunks.spans) == 3
+    assert run_chunk.chunks == [[0, 1], [2, 3], [4], [5, 6]]  # 5 + 6 would overflow, 6 + 4 is exactly full
+    assert [list(range(*b)) for b in chunk_bounds([sample_tokens(c) for c in samples], 10)] == run_chunk.chunks
+    assert chunks.num_chunks == 4 and len(chunks.spans) == 4 and chunks.launched_early == 2  # [5, 6] at finish
     width = max(len(c.token_ids) for c in samples)
     expected = concat_padded([torch.tensor([c.token_ids], dtype=torch.float32) for c in samples], width)
     assert torch.equal(out["policy"], expected) and torch.equal(out["ref"], -expected)

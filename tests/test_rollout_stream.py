@@ -1,6 +1,7 @@
 """``reasonrl.rollout_stream``: scoring completions as they arrive, and releasing the kept samples in the rollout's
 order as soon as their prompt groups are decided. Plain asyncio: the engines are async generators here;
-tests/test_trainer_streaming.py runs the same code on real Ray + vLLM engines."""
+tests/test_trainer_split_placement.py and test_trainer_features.py run the same code on real Ray + vLLM
+engines."""
 
 from __future__ import annotations
 

@@ -105,8 +105,9 @@ def test_async_staleness_one_overlaps_generation_with_training(ray_cluster, tmp_
     compared with the trainer's for the correction, and the first step equals the synchronous loop's exactly
     (same prompts, seeds and weights: the asynchronous machinery changes nothing but the overlap).
 
-    The synchronous run streams (stream_rollout): its forward chunks start while the engine generates, the
-    asynchronous run's start when the step takes its rollout; equal numbers show streaming changes only when."""
+    The synchronous run streams (stream_rollout): its forward chunks start while the engine generates; the
+    asynchronous run's start when the step takes its rollout, and a stream_rollout=false run's after its rollout.
+    Equal numbers show that streaming changes only when things run."""
     BasePPOExp(_async_config(tmp_path, "async", async_staleness=1, max_steps=3)).run()
     rows = metrics_by_step(read_metrics(tmp_path / "logs" / "async" / "metrics.jsonl"))
     assert [rows[s]["async/staleness"] for s in (1, 2, 3)] == [0.0, 1.0, 1.0]
@@ -121,7 +122,12 @@ def test_async_staleness_one_overlaps_generation_with_training(ray_cluster, tmp_
 
     BasePPOExp(_async_config(tmp_path, "sync", max_steps=1)).run()
     sync = metrics_by_step(read_metrics(tmp_path / "logs" / "sync" / "metrics.jsonl"))[1]
+    BasePPOExp(_async_config(tmp_path, "unstreamed", max_steps=1, stream_rollout=False)).run()
+    unstreamed = metrics_by_step(read_metrics(tmp_path / "logs" / "unstreamed" / "metrics.jsonl"))[1]
     for key in ("reward/mean", "response/length_mean", "policy/loss", "policy/grad_norm", "policy/approx_kl"):
-        assert rows[1][key] == sync[key], key
-    assert sync["perf/forward_chunks"] == rows[1]["perf/forward_chunks"] > 1  # the same chunks, cut by tokens
-    assert sync["time/forward_overlapped"] >= 0.0 and rows[1]["time/forward_overlapped"] == 0.0  # async: none
+        assert rows[1][key] == sync[key] == unstreamed[key], key
+    assert sync["perf/forward_chunks"] == rows[1]["perf/forward_chunks"] == unstreamed["perf/forward_chunks"] > 1
+    # the synchronous streamed run started chunks while its rollout ran (samples end at different engine steps,
+    # deterministically for the seeds); the asynchronous run's and the unstreamed run's started after it
+    assert sync["perf/forward_chunks_early"] >= 1 and sync["time/forward_overlapped"] > 0.0
+    assert rows[1]["perf/forward_chunks_early"] == unstreamed["perf/forward_chunks_early"] == 0.0

@@ -183,8 +183,8 @@ class BasePPOExpConfig(DerivedValues):
     )
     forward_chunk_tokens: int | None = _rol(
         None,
-        "tokens (prompt + response) per chunk of a step's forward passes, cut in sample order whether streamed or "
-        "not; None = the policy's world size x max_tokens_per_micro_batch (a full micro-batch on every rank)",
+        "most tokens (prompt + response) in one chunk of a step's forward passes, cut in sample order whether "
+        "streamed or not; None = the policy's world size x max_tokens_per_micro_batch (one micro-batch per rank)",
     )
 
     # ---------------------------------------------------------------------------------------------- algorithm

@@ -63,6 +63,8 @@ ALWAYS_ALLOWED = (
     "eval_before_training",
     # memory and speed knobs that run the same maths (up to floating-point summation order)
     "max_tokens_per_micro_batch",
+    "forward_chunk_tokens",
+    "stream_rollout",
     "gradient_checkpointing",
     "vllm_gpu_memory_utilization",
     "vllm_enable_sleep",

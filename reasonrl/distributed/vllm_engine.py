@@ -130,7 +130,8 @@ class VLLMEngine:
         seeded ``seed + i * n + j``: every sample of the call has its own random stream, independent of batching
         and arrival order (vLLM's ``n > 1`` seeds ``seed_i + j``, which repeats streams across prompts).
 
-        Closing the generator early (the consumer dropped it) aborts the requests still running.
+        Closing the generator early (in-process; a Ray actor runs it to the end) or a failure (e.g. vLLM refusing a
+        prompt while the requests are added) aborts the requests of this call still in the engine.
         Uses ``LLM.llm_engine`` (``LLMEngine.add_request`` / ``step`` / ``abort_request``), the loop ``LLM.generate``
         itself runs, with ``RequestOutputKind.FINAL_ONLY`` as ``LLM.generate`` sets it.
         """
@@ -138,16 +139,16 @@ class VLLMEngine:
         if engine.has_unfinished_requests():
             raise RuntimeError("generate_stream: the engine still runs requests of another call")
         running: dict[str, tuple[int, int]] = {}  # request id -> (prompt index, sample index)
-        for i, ids in enumerate(prompt_token_ids):
-            # one rendered engine input per sample (as LLM.generate renders its prompts: Renderer.render_cmpl)
-            inputs = engine.renderer.render_cmpl([{"prompt_token_ids": list(ids)}] * sampling.n)
-            for j, engine_input in enumerate(inputs):
-                seed = None if sampling.seed is None else sampling.seed + i * sampling.n + j
-                request_id = f"reasonrl-{self._requests_started}"
-                self._requests_started += 1
-                engine.add_request(request_id, engine_input, _sampling_params(sampling, seed))
-                running[request_id] = (i, j)
-        try:
+        try:  # from the first add on: whatever fails, no request of this call stays in the engine
+            for i, ids in enumerate(prompt_token_ids):
+                # one rendered engine input per sample (as LLM.generate renders its prompts: Renderer.render_cmpl)
+                inputs = engine.renderer.render_cmpl([{"prompt_token_ids": list(ids)}] * sampling.n)
+                for j, engine_input in enumerate(inputs):
+                    seed = None if sampling.seed is None else sampling.seed + i * sampling.n + j
+                    request_id = f"reasonrl-{self._requests_started}"
+                    self._requests_started += 1
+                    engine.add_request(request_id, engine_input, _sampling_params(sampling, seed))
+                    running[request_id] = (i, j)
             while running and engine.has_unfinished_requests():
                 finished = [out for out in engine.step() if out.finished]
                 if finished:
@@ -155,7 +156,7 @@ class VLLMEngine:
             if running:
                 raise RuntimeError(f"generate_stream: the engine dropped {len(running)} request(s) unfinished")
         finally:
-            if running:  # closed early: stop the engine working on what nobody will read
+            if running:  # closed early or failed: stop the engine working on what nobody will read
                 engine.abort_request(list(running))
 
     def prompt_logprobs(self, token_ids: Sequence[int]) -> list[float]:

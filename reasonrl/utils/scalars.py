@@ -157,9 +157,10 @@ SCALARS: tuple[Scalar, ...] = (
     ),
     Scalar(
         "time/forward_overlapped",
-        "stream_rollout: seconds in which forward chunks ran while the engines still generated (0 when not streamed)",
+        "stream_rollout: seconds in which forward chunks ran before the rollout was complete (0 when not streamed)",
     ),
-    Scalar("perf/forward_chunks", "chunks the step's forward passes were cut into (forward_chunk_tokens each)"),
+    Scalar("perf/forward_chunks", "chunks the step's forward passes were cut into (forward_chunk_tokens at most)"),
+    Scalar("perf/forward_chunks_early", "stream_rollout: chunks started before the rollout was complete"),
     Scalar("time/advantages", "advantage and return computation"),
     Scalar("time/update", "policy and critic updates"),
     Scalar("time/sync", "weight sync policy -> vLLM, including verification"),

@@ -131,7 +131,11 @@ def test_closing_the_stream_early_aborts_the_running_requests():
             self.aborted: list[str] = []
             self.renderer = SimpleNamespace(render_cmpl=lambda prompts: list(prompts))
 
+        refuse_at: str | None = None
+
         def add_request(self, request_id, prompt, params):
+            if request_id == self.refuse_at:
+                raise ValueError("prompt too long")  # what vLLM raises for a prompt over max_model_len
             self.running.append(request_id)
 
         def has_unfinished_requests(self):
@@ -155,6 +159,12 @@ def test_closing_the_stream_early_aborts_the_running_requests():
     stream.close()  # the consumer stopped reading
     assert engine.llm.llm_engine.aborted == ["reasonrl-1", "reasonrl-2", "reasonrl-3"]
     assert [(c.prompt_index, c.sample_index) for c in engine.generate([[7]], SamplingConfig(n=2))] == [(0, 0), (0, 1)]
+    # vLLM refuses the 3rd request while they are added: the two added are aborted, the engine stays usable
+    engine.llm.llm_engine.refuse_at = f"reasonrl-{engine._requests_started + 2}"
+    with pytest.raises(ValueError, match="too long"):
+        engine.generate([[5], [6]], SamplingConfig(n=2))
+    assert engine.llm.llm_engine.running == [] and engine.llm.llm_engine.aborted[-2:] == ["reasonrl-6", "reasonrl-7"]
+    assert len(engine.generate([[7]], SamplingConfig(n=1))) == 1
     engine.llm.llm_engine.running = ["someone-else"]
     with pytest.raises(RuntimeError, match="still runs requests"):
         next(engine.generate_stream([[5]], SamplingConfig()))
