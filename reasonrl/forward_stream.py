@@ -30,49 +30,18 @@ from reasonrl.types import Completion
 RunChunk = Callable[[list[Completion]], Awaitable[dict[str, torch.Tensor | None]]]
 
 
-def chunk_bounds(token_counts: Sequence[int], chunk_tokens: int | None) -> list[tuple[int, int]]:
-    """``[(begin, end), ...]``: consecutive chunks of the samples holding at most ``chunk_tokens`` tokens each (a
-    sample larger than that is a chunk alone): a chunk closes when it is exactly full, or before the sample that
-    would overflow it. ``chunk_tokens`` None or 0: one chunk. No chunk is empty. :class:`ForwardChunks` cuts so."""
-    cutter = _ChunkCutter(chunk_tokens)
-    bounds, begin = [], 0
-    for i, count in enumerate(token_counts):
-        if cutter.closes_before(count):
-            bounds.append((begin, i))
-            begin = i
-        if cutter.closes_after(count):
-            bounds.append((begin, i + 1))
-            begin = i + 1
-    if begin < len(token_counts):
-        bounds.append((begin, len(token_counts)))
-    return bounds
-
-
-class _ChunkCutter:
-    """The cutting rule of :func:`chunk_bounds`, fed one sample at a time (tracks the open chunk's tokens)."""
-
-    def __init__(self, chunk_tokens: int | None):
-        self.budget, self.tokens = chunk_tokens or 0, 0
-
-    def closes_before(self, count: int) -> bool:
-        """True: close the open (non-empty) chunk before this sample, which would overflow it."""
-        if self.budget and self.tokens and self.tokens + count > self.budget:
-            self.tokens = 0
-            return True
-        return False
-
-    def closes_after(self, count: int) -> bool:
-        """Add the sample; True: close the chunk after it (full, or the sample alone fills the budget)."""
-        self.tokens += count
-        if self.budget and self.tokens >= self.budget:
-            self.tokens = 0
-            return True
-        return False
-
-
 def sample_tokens(c: Completion) -> int:
     """Tokens one sample costs in a forward pass: its prompt and its response."""
     return len(c.prompt_token_ids) + len(c.token_ids)
+
+
+def response_experience(completions: Sequence[Completion]) -> tuple[Experience, torch.Tensor, int]:
+    """``(experience, lengths, width)``: the completions' token ids with the response-prefix ``action_mask``
+    ``[batch, T]`` (no holes: ``RaggedShard`` relies on it), their response lengths ``[batch]`` and T."""
+    samples = [(c.prompt_token_ids, c.token_ids) for c in completions]
+    lengths = torch.tensor([len(r) for _, r in samples])
+    width = int(lengths.max())
+    return Experience(samples=samples, action_mask=torch.arange(width)[None, :] < lengths[:, None]), lengths, width
 
 
 def concat_padded(parts: Sequence[torch.Tensor], width: int) -> torch.Tensor:
@@ -110,26 +79,29 @@ class ForwardChunks:
         self.run_chunk, self.chunk_tokens = run_chunk, chunk_tokens
         self.launch_when_full, self.sequential = launch_when_full, sequential
         self.samples: list[Completion] = []
-        self._open: list[Completion] = []
-        self._cutter = _ChunkCutter(chunk_tokens)
+        self._open: list[Completion] = []  # the chunk being filled
+        self._open_tokens = 0
         self._chunks: list[list[Completion]] = []
         self._tasks: list[asyncio.Future] = []
         self.launched_early = 0  # set by finish: chunks launched while the rollout was still running
         self.spans: list[tuple[float, float]] = []  # (begin, end) of each chunk's forwards
 
     def add(self, completions: Sequence[Completion]) -> None:
-        """Append samples (in the step's order); a chunk that becomes full is closed (and launched when
-        streaming)."""
+        """Append samples (in the step's order). A chunk holds at most ``chunk_tokens`` tokens: it is closed (and
+        launched when streaming) once exactly full, or before the sample that would overflow it; a sample larger
+        than the budget is a chunk alone."""
         for c in completions:
-            self.samples.append(c)
-            if self._cutter.closes_before(sample_tokens(c)):
+            tokens = sample_tokens(c)
+            if self.chunk_tokens and self._open and self._open_tokens + tokens > self.chunk_tokens:
                 self._close()
+            self.samples.append(c)
             self._open.append(c)
-            if self._cutter.closes_after(sample_tokens(c)):
+            self._open_tokens += tokens
+            if self.chunk_tokens and self._open_tokens >= self.chunk_tokens:
                 self._close()
 
     def _close(self) -> None:
-        chunk, self._open = self._open, []
+        chunk, self._open, self._open_tokens = self._open, [], 0
         self._chunks.append(chunk)
         if self.launch_when_full:
             self._tasks.append(asyncio.ensure_future(self._timed(chunk)))
@@ -194,11 +166,7 @@ class ForwardsMixin:
         """The step's :class:`Experience`: token ids, masks, the engines' log-probs (rollout correction), and the
         reference / critic / policy forwards (:meth:`forward_chunk` per chunk; ``forwards`` may have started
         some while the engines generated)."""
-        samples = [(c.prompt_token_ids, c.token_ids) for c in completions]
-        lengths = torch.tensor([len(r) for _, r in samples])
-        width = int(lengths.max())
-        action_mask = torch.arange(width)[None, :] < lengths[:, None]  # [batch, T]: no holes (RaggedShard relies)
-        exp = Experience(samples=samples, action_mask=action_mask)
+        exp, lengths, width = response_experience(completions)
         if self.cfg.rollout_correction != "off":  # the engines' log-probs of the sampled tokens: [batch, T]
             flat = torch.tensor([lp for c in completions for lp in c.logprobs], dtype=torch.float32)
             exp.rollout_logprobs = padded_from_flat(flat, lengths, width)
@@ -217,10 +185,7 @@ class ForwardsMixin:
         Each rank gets its token-balanced shard as a :class:`RaggedShard` of token ids, put in the object store once
         per world size (roles of the same size share the refs), and returns flat per-response-token outputs."""
         cfg, roles = self.cfg, self.roles
-        samples = [(c.prompt_token_ids, c.token_ids) for c in completions]
-        lengths = torch.tensor([len(r) for _, r in samples])
-        width = int(lengths.max())
-        exp = Experience(samples=samples, action_mask=torch.arange(width)[None, :] < lengths[:, None])
+        exp, lengths, width = response_experience(completions)
         calls = {}  # role -> (group, method, args)
         if not cfg.reuses_current_logprobs:  # else the update takes its own log-probs (cfg.reuses_current_logprobs)
             calls["policy"] = (roles.policy, "ragged_logprobs", (cfg.temperature,))

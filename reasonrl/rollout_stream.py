@@ -30,22 +30,16 @@ OnReady = Callable[[list[Completion], list | None], None]
 class StreamTimes:
     """Wall times of one streamed generate-and-score call (seconds since its start unless said otherwise).
 
-    ``generated``: when the last engine finished. ``scored``: when the last scorer call finished.
-    ``scoring_spans``: (begin, end) of every scorer call (disjoint: one call at a time)."""
+    ``generated``: when the last engine finished. ``scoring_spans``: (begin, end) of every scorer call
+    (disjoint: one call at a time)."""
 
     start: float
     generated: float
-    scored: float
     scoring_spans: list[tuple[float, float]]
 
     @property
     def generate_s(self) -> float:
         return self.generated - self.start
-
-    @property
-    def reward_s(self) -> float:
-        """Scoring not hidden behind generation: from the last engine's end until the last scorer call's end."""
-        return max(0.0, self.scored - self.generated)
 
     @property
     def reward_overlapped_s(self) -> float:
@@ -120,7 +114,7 @@ async def score_as_they_arrive(
                 on_ready(batch, results)
 
     if not parts:
-        return [], [], StreamTimes(start, start, start, [])
+        return [], [], StreamTimes(start, start, [])
     tasks = [asyncio.ensure_future(drain(stream)) for stream in parts] + [asyncio.ensure_future(scorer())]
     try:
         await asyncio.gather(*tasks)
@@ -129,7 +123,7 @@ async def score_as_they_arrive(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     ordered = [scored[key] for key in sorted(scored)]
-    times = StreamTimes(start, generated, spans[-1][1] if spans else generated, spans)
+    times = StreamTimes(start, generated, spans)
     return [c for c, _ in ordered], [r for _, r in ordered], times
 
 

@@ -10,7 +10,7 @@ import asyncio
 import pytest
 import torch
 
-from reasonrl.forward_stream import ForwardChunks, chunk_bounds, concat_padded, covered_seconds, sample_tokens
+from reasonrl.forward_stream import ForwardChunks, concat_padded, covered_seconds, sample_tokens
 from reasonrl.types import Completion
 
 
@@ -25,12 +25,20 @@ def completion(i: int, prompt_len: int = 3, response_len: int = 2) -> Completion
     )
 
 
+def cut(token_counts: list[int], chunk_tokens: int | None) -> list[list[int]]:
+    """The chunks (sample indices) ForwardChunks cuts samples of these token counts into."""
+    run_chunk = RecordingChunks()
+    samples = [completion(i, prompt_len=n - 1, response_len=1) for i, n in enumerate(token_counts)]
+    asyncio.run(ForwardChunks(run_chunk, chunk_tokens, launch_when_full=False).finish(samples))
+    return run_chunk.chunks
+
+
 def test_chunks_hold_at_most_the_budget():
-    assert chunk_bounds([5, 5, 5, 5, 5], 10) == [(0, 2), (2, 4), (4, 5)]  # exactly full: closed at once
-    assert chunk_bounds([4, 5, 6, 4, 5, 6], 10) == [(0, 2), (2, 4), (4, 5), (5, 6)]  # closed before overflowing
-    assert chunk_bounds([3, 12, 1, 9, 1], 10) == [(0, 1), (1, 2), (2, 4), (4, 5)]  # an oversized sample: alone
-    assert chunk_bounds([5, 5], None) == [(0, 2)] == chunk_bounds([5, 5], 0)
-    assert chunk_bounds([], 10) == []
+    assert cut([5, 5, 5, 5, 5], 10) == [[0, 1], [2, 3], [4]]  # exactly full: closed at once
+    assert cut([4, 5, 6, 4, 5, 6], 10) == [[0, 1], [2, 3], [4], [5]]  # closed before overflowing
+    assert cut([3, 12, 1, 9, 1], 10) == [[0], [1], [2, 3], [4]]  # an oversized sample: alone
+    assert cut([5, 5], None) == [[0, 1]] == cut([5, 5], 0)
+    assert cut([], 10) == []
     assert sample_tokens(completion(0, prompt_len=7, response_len=4)) == 11
 
 
@@ -81,7 +89,7 @@ def test_streamed_chunks_start_as_they_fill_and_assemble_in_sample_order():
 
     run_chunk, chunks, out = asyncio.run(run())
     assert run_chunk.chunks == [[0, 1], [2, 3], [4], [5, 6]]  # 5 + 6 would overflow, 6 + 4 is exactly full
-    assert [list(range(*b)) for b in chunk_bounds([sample_tokens(c) for c in samples], 10)] == run_chunk.chunks
+    assert cut([sample_tokens(c) for c in samples], 10) == run_chunk.chunks  # the same cut as unstreamed
     assert chunks.num_chunks == 4 and len(chunks.spans) == 4 and chunks.launched_early == 2  # [5, 6] at finish
     width = max(len(c.token_ids) for c in samples)
     expected = concat_padded([torch.tensor([c.token_ids], dtype=torch.float32) for c in samples], width)
