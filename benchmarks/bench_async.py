@@ -3,6 +3,8 @@ both under split placement with the same seed and step count: held-out accuracy,
 
     python benchmarks/bench_async.py                 # 30 steps each (~6 min on 2 cores)
     python benchmarks/bench_async.py --steps 10
+    python benchmarks/bench_async.py --steps 10 --staleness 1 2   # (k=2 is refused since the engines cannot
+                                                                 # receive weights while they generate)
 
 Per step, from metrics.jsonl: the engines are busy for ``time/generate`` (+ scoring), the trainers for
 ``time/forward + time/advantages + time/update`` and both for ``time/sync``. Synchronously the step is the sum; with
@@ -52,10 +54,12 @@ def step_table(log_dir: Path, steps: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--staleness", type=int, nargs="+", default=[0, 1], help="the async_staleness values to run")
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, staleness in (("synchronous", 0), ("async_staleness=1", 1)):
+        for staleness in args.staleness:
+            name = f"async_staleness={staleness}" if staleness else "synchronous"
             root = Path(tmp) / name.replace("=", "")
             run = run_rl(
                 "grpo",

@@ -1,9 +1,11 @@
 """Time policy -> vLLM weight sync: ZeRO-3 gather (2 ranks, gloo) + load into a vLLM engine + probe verification.
 
-    python benchmarks/bench_weight_sync.py                    # tiny model and SmolLM2-135M, both transports
+    python benchmarks/bench_weight_sync.py                    # tiny model and SmolLM2-135M, every transport
     python benchmarks/bench_weight_sync.py --model smollm2 --transport broadcast --verify-with both
 
-Prints bytes, buckets and seconds per phase for each sync, and the probe's max |logprob diff|.
+Prints bytes, buckets and seconds per phase for each sync (gather, load = transport + reload, check = the exact
+fingerprint check, verify = the probe), and the probe's max |logprob diff|. ``ipc`` runs over shared memory here
+(the CPU form of the colocated GPU transport, CUDA IPC).
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def bench(name: str, path: str, bucket_mb: int, repeats: int, transport: str, ve
                 f"{name:8s} {transport:12s} {verify_with:15s} sync {i}: "
                 f"{report.num_bytes / 1024**2:7.1f} MiB in {report.num_buckets:3d} buckets "
                 f"({report.num_tensors} tensors)  gather {report.gather_s:6.3f}s  load {report.load_s:6.3f}s  "
-                f"verify {report.verify_s:6.3f}s  total {report.total_s:6.3f}s  "
+                f"check {report.check_s:6.3f}s  verify {report.verify_s:6.3f}s  total {report.total_s:6.3f}s  "
+                f"({report.params_checked} params checked, {report.reload_warnings_dropped} reload warnings dropped)  "
                 f"probe diff {report.probe_max_abs_diff:.1e}"
             )
     finally:
@@ -54,7 +57,7 @@ def main() -> None:
     parser.add_argument("--model", choices=["tiny", "smollm2", "both"], default="both")
     parser.add_argument("--bucket-mb", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--transport", choices=["broadcast", "object_store", "both"], default="both")
+    parser.add_argument("--transport", choices=["broadcast", "ipc", "object_store", "all"], default="all")
     parser.add_argument("--verify-with", choices=["sent_weights", "trainer_forward", "both"], default="sent_weights")
     args = parser.parse_args()
 
@@ -63,7 +66,7 @@ def main() -> None:
 
     init_ray()
     models = {"tiny": tiny_model_path, "smollm2": smollm2_path}
-    transports = ["broadcast", "object_store"] if args.transport == "both" else [args.transport]
+    transports = ["broadcast", "ipc", "object_store"] if args.transport == "all" else [args.transport]
     sources = ["sent_weights", "trainer_forward"] if args.verify_with == "both" else [args.verify_with]
     for name in ["tiny", "smollm2"] if args.model == "both" else [args.model]:
         for transport in transports:

@@ -289,8 +289,8 @@ class BasePPOExp:
         engines = start_vllm_engines(cfg, plan["vllm"], stack)
         ready = [e.ready.remote() for e in engines]
         # colocate_all on GPUs: vLLM refuses to start unless gpu_memory_utilization x device is free, so engines
-        # start and fall asleep before any DeepSpeed setup fills the devices. On CPU (no such check, sleep is a
-        # logged no-op) both load at once: ~4 s less start-up on 2 cores.
+        # start and fall asleep before any DeepSpeed setup fills the devices. On CPU (no such check; sleep is
+        # simulated by the engines) both load at once: ~4 s less start-up on 2 cores.
         engines_first = cfg.colocate_all and plan.device == "gpu"
         if engines_first:
             ray.get(ready)

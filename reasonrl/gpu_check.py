@@ -190,8 +190,9 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
 
     from reasonrl.distributed.platform import DEVICE_ENV_VAR
     from reasonrl.distributed.ppo_workers import PolicyLossConfig, PolicyWorker, WorkerConfig
+    from reasonrl.distributed.sync_checks import DifferentialProbe, WeightSyncError
     from reasonrl.distributed.vllm_engine import SamplingConfig, create_vllm_engines
-    from reasonrl.distributed.weight_sync import DifferentialProbe, WeightSyncer, WeightSyncError, resolve_verify_source
+    from reasonrl.distributed.weight_sync import WeightSyncer, resolve_verify_source
     from reasonrl.distributed.worker_group import WorkerGroup
     from reasonrl.experience import Experience
     from reasonrl.models import pad_batch

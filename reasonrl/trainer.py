@@ -109,7 +109,6 @@ class PPOTrainer(RolloutMixin, ForwardsMixin):
             roles.engines,
             {name: g for name, g in groups.items() if g is not None},
             active=cfg.colocate_all,
-            resync=self.sync_weights,
         )
         self.stop = None  # a reasonrl.utils.interrupt.StopSignals while a signal may ask the run to stop
 
@@ -287,12 +286,22 @@ class PPOTrainer(RolloutMixin, ForwardsMixin):
 
     # ================================================================== device sharing (colocate_all)
     async def sync_for_generation(self) -> dict[str, float]:
-        """SYNC phase (roles offloaded, engine weights awake), the verified weight sync, then GENERATION (KV cache
-        awake). See :mod:`reasonrl.distributed.phases`; under split placement only the sync runs."""
+        """The verified weight sync, ordered by vLLM's sleep rules (see :mod:`reasonrl.distributed.phases`):
+
+        SYNC (roles offloaded, engine weights awake, KV cache asleep, scheduler paused) -> load every bucket and
+        check it exactly (no generation: a paused scheduler would never run it) -> GENERATION (KV cache awake,
+        scheduler running) -> the end-to-end probe, which generates. Under split placement only the sync runs."""
+        if self.probe_ids is None:  # a fixed real prompt: the trainer and every engine must score it identically
+            self.probe_ids = self.encode([self.sampler.rows[0]])[0][:64]
+        if self.ahead is not None:  # the engines first finish the rollouts queued before this sync (calls run in
+            await gather_all([engine.ready.remote() for engine in self.roles.engines])  # order): no broadcast waits
+        syncer = self.weight_syncer()
         await self.phases.enter(Phase.SYNC)
-        metrics = await self.sync_weights()
+        report = await syncer.load()
+        self.phases.synced()
         await self.phases.enter(Phase.GENERATION)
-        return metrics
+        await syncer.verify(self.probe_ids, report)
+        return report.as_metrics()
 
     # ================================================================== experience
     def compute_advantages(self, exp: Experience, batch: Rollout) -> dict[str, float]:
@@ -412,16 +421,6 @@ class PPOTrainer(RolloutMixin, ForwardsMixin):
             )
         return self._weight_syncer
 
-    async def sync_weights(self) -> dict[str, float]:
-        """Policy -> every engine, verified on a fixed probe (raises WeightSyncError on a mismatch)."""
-        if self.probe_ids is None:  # a fixed real prompt: the trainer and every engine must score it identically
-            self.probe_ids = self.encode([self.sampler.rows[0]])[0][:64]
-        if self.ahead is not None:  # the engines first finish the rollouts queued before this sync (calls run in
-            await gather_all([engine.ready.remote() for engine in self.roles.engines])  # order): no broadcast waits
-        report = await self.weight_syncer().sync(self.probe_ids)
-        self.phases.synced()
-        return report.as_metrics()
-
     # ================================================================== evaluation
     async def evaluate(self) -> dict[str, float]:
         """avg@k, pass@k and maj@k on every eval set (``RolloutMixin.eval_set``: k = eval_n_samples at
@@ -487,8 +486,8 @@ class PPOTrainer(RolloutMixin, ForwardsMixin):
         except BaseException:
             self.checkpoints.abort(staging)
             raise
-        finally:
-            await self.phases.enter(Phase.GENERATION)  # re-syncs the engines if they slept at level 2
+        if self.phases.weights_discarded:  # the engines slept at level 2 for the save: sync them again
+            await self.sync_for_generation()
         path = self.checkpoints.commit(self.global_step, staging, {"exp_name": self.cfg.exp_name})  # also prunes
         logger.info(f"checkpoint saved: {path}")
         return path

@@ -315,8 +315,9 @@ class BasePPOExpConfig(DerivedValues):
     sync_transport: str = _log(
         "auto",
         "how the weights reach vLLM: broadcast (a process group from policy rank 0 to every engine worker: gloo on "
-        "CPU, NCCL on GPU), object_store (Ray), or auto: broadcast, except object_store where an engine shares a GPU "
-        "with the policy (colocate_all on GPU: NCCL refuses two ranks on one device)",
+        "CPU, NCCL on GPU), ipc (colocate_all: each policy rank shares the bucket with the engine worker on its "
+        "device, CUDA IPC on GPU, shared memory on CPU), object_store (Ray), or auto: broadcast, except ipc where "
+        "the engines share GPUs with the policy (colocate_all on GPU: NCCL refuses two ranks on one device)",
     )
     sync_verify_with: str = _log(
         "auto",

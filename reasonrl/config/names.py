@@ -29,7 +29,7 @@ RESUME_MODES = ("auto", "none")  # or the path of a checkpoint directory
 ATTN_IMPLEMENTATIONS = ("auto", "flash_attention_2", "sdpa", "eager")
 ZERO_STAGES = (0, 1, 2, 3)
 # Mirrors of reasonrl.distributed.weight_sync.TRANSPORTS / VERIFY_SOURCES, plus "auto".
-SYNC_TRANSPORTS = ("auto", "broadcast", "object_store")
+SYNC_TRANSPORTS = ("auto", "broadcast", "ipc", "object_store")
 SYNC_VERIFY_SOURCES = ("auto", "sent_weights", "trainer_forward")
 # Where scalars go besides metrics.jsonl (reasonrl.utils.tracking.TRACKERS mirrors it).
 TRACKERS = ("tensorboard", "wandb", "both")

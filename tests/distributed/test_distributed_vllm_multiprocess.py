@@ -75,7 +75,7 @@ def test_multiprocess_engine_generates_and_takes_a_bucketed_weight_sync(mp_engin
 def test_broadcast_transport_reaches_the_worker_process(mp_engine, tiny_model_dir, tiny_tokenizer):
     """The scale transport on the GPU engine layout: this process is rank 0 of a gloo group with the engine's worker
     process (joined through the worker extension); buckets go by broadcast, the worker reloads them in place."""
-    from reasonrl.distributed import sync_group
+    from reasonrl.distributed import sync_group, weight_digest
     from reasonrl.distributed.workers import free_port
 
     probe = tiny_tokenizer("Compute 40 + 2, step by step. The answer is").input_ids
@@ -99,6 +99,9 @@ def test_broadcast_transport_reaches_the_worker_process(mp_engine, tiny_model_di
         for buffer in sync_group.pack(named):
             sync_group.broadcast(group, buffer)
     assert sum(ray.get(loads)) == len(state)
+    (report,) = ray.get(mp_engine.finish_weight_sync.remote(list(state)))  # one worker process
+    assert report["received"] == weight_digest.named_fingerprints(state.items())  # bit-exact, in the worker
+    assert report["params_checked"] > 0 and report["param_mismatches"] == []
 
     after = torch.tensor(ray.get(mp_engine.prompt_logprobs.remote(probe)))
     err, moved = (after - hf_prompt_logprobs(model, probe)).abs().max(), (after - before).abs().max()

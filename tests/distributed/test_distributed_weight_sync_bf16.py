@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from reasonrl.distributed.weight_sync import DifferentialProbe, WeightSyncError, check_probe
+from reasonrl.distributed.sync_checks import DifferentialProbe, WeightSyncError, check_probe
 
 KERNEL_NOISE = [0.25, -0.2, 0.1, -0.27]  # engine - trainer at step 0, identical weights
 TRAINER_0 = [-2.0, -1.5, -3.0, -0.7]
@@ -106,9 +106,11 @@ def bf16_engine(ray_cluster, tiny_model_dir):
 @pytest.mark.integration
 def test_bf16_sync_check_on_the_real_stack(bf16_engine, tiny_model_dir):
     """(a) a correct sync after an AdamW step at lr 1e-5 passes; (b) a skipped one raises, where the old absolute
-    0.1 check is either wrong on the correct sync or blind to the skipped one."""
+    0.1 check is either wrong on the correct sync or blind to the skipped one; (c) the exact check names a skipped
+    bucket and a stale layer in bf16."""
     import ray
     import torch
+    from sync_faults import check_sync_faults
 
     from reasonrl.distributed.ppo_workers import PolicyLossConfig, PolicyWorker, WorkerConfig
     from reasonrl.distributed.weight_sync import WeightSyncer
@@ -164,6 +166,9 @@ def test_bf16_sync_check_on_the_real_stack(bf16_engine, tiny_model_dir):
         assert correct <= 0.1
         # the old absolute check fails a correct sync (step-0 noise above 0.1) or passes the stale engine
         assert step0 > 0.1 or old_abs <= 0.1
+
+        # (c) the exact check is not blind in bf16: a skipped bucket and a stale layer are named
+        check_sync_faults(policy, bf16_engine, step, syncer)
     finally:
         policy.kill()
 

@@ -1,0 +1,152 @@
+"""The checks of a weight sync: exact (fingerprints of every tensor received and of the engine parameters it can
+predict, :func:`check_received`) and end to end (a fixed probe scored by every engine against the trainer,
+:func:`check_probe` / :class:`DifferentialProbe`). Pure Python over the reports the engines and the trainer return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from reasonrl.distributed.weight_digest import Fingerprint, differences
+
+
+class WeightSyncError(RuntimeError):
+    """An engine does not hold the weights the trainer just sent (a fingerprint or the probe disagrees)."""
+
+
+def check_received(
+    sent: dict[str, Fingerprint], bucket_of: dict[str, int], reports: Sequence[Sequence[dict[str, Any]]]
+) -> tuple[int, int]:
+    """The exact check of one sync: every worker of every engine received every tensor sent, bit for bit, and
+    the parameters it can predict hold them (``reasonrl_finish_sync`` reports, ``reports[engine][worker]``).
+
+    Raises :class:`WeightSyncError` naming the engine, the worker, the tensors and their buckets. Returns
+    ``(parameters checked, reload warnings dropped)`` over all workers."""
+    problems, checked, dropped = [], 0, 0
+
+    def named(names: list[str]) -> str:
+        shown = ", ".join(f"{n} (bucket {bucket_of[n]})" if n in bucket_of else n for n in names[:5])
+        return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+    for e, workers in enumerate(reports):
+        for w, report in enumerate(workers):
+            diff = differences(sent, report["received"])
+            where = f"engine {e} worker {w}"
+            if diff["missing"]:
+                problems.append(f"{where} never received {named(diff['missing'])}")
+            if diff["differ"]:
+                problems.append(f"{where} received other contents than were sent for {named(diff['differ'])}")
+            if diff["unexpected"]:
+                problems.append(f"{where} received tensors this sync did not send: {named(diff['unexpected'])}")
+            if report["param_mismatches"]:
+                problems.append(
+                    f"{where}: vLLM parameter(s) {', '.join(report['param_mismatches'][:5])} do not hold what was "
+                    "received (stale or partly loaded)"
+                )
+            checked += report["params_checked"]
+            dropped += report["warnings_dropped"]
+    if problems:
+        raise WeightSyncError("weight sync check failed: " + "; ".join(problems))
+    return checked, dropped
+
+
+def check_probe(engine_logprobs: Sequence[Sequence[float]], trainer_logprobs: Sequence[float], tol: float) -> float:
+    """Max |engine - trainer| over every engine's probe log-probs; raises WeightSyncError above ``tol``."""
+    worst = 0.0
+    for i, lps in enumerate(engine_logprobs):
+        if len(lps) != len(trainer_logprobs):
+            raise WeightSyncError(f"engine {i}: probe has {len(lps)} log-probs, trainer {len(trainer_logprobs)}")
+        diffs = [abs(a - b) for a, b in zip(lps, trainer_logprobs, strict=True)]
+        diff = float("nan") if any(d != d for d in diffs) else max(diffs, default=0.0)  # NaN means broken weights
+        if not diff <= tol:  # also catches NaN
+            raise WeightSyncError(
+                f"engine {i} disagrees with the trainer after weight sync: max |logprob diff| = {diff:.3g} > "
+                f"tolerance {tol:.3g}. The engine did not load the new weights (or loaded them wrongly)."
+            )
+        worst = max(worst, diff)
+    return worst
+
+
+def _max_abs(values: Iterable[float]) -> float:
+    """Max |v|; NaN if any value is NaN (broken weights must never pass as a small difference)."""
+    values = [abs(v) for v in values]
+    return float("nan") if any(v != v for v in values) else max(values, default=0.0)
+
+
+@dataclass
+class DifferentialProbe:
+    """Verifies each sync by the *change* of the probe log-probs across it, not their absolute agreement.
+
+    In bf16 the engine and the trainer disagree on identical weights by more than one optimizer step moves the probe
+    (different attention kernels and reduction orders: ~0.2-0.3 nats on a real probe vs ~0.004 for one AdamW step at
+    lr 1e-6), so an absolute tolerance either fails a correct sync or passes a missed one. Both sides' kernels are
+    deterministic, though, so across a sync:
+
+    * a missed sync leaves the engine's probe log-probs unchanged (within ``repeat_noise``, the engine's run-to-run
+      spread measured at the first check) while the trainer's moved -> :class:`WeightSyncError`;
+    * a wrong load moves the engine differently from the trainer: ``max |engine change - trainer change| > tol``
+      -> :class:`WeightSyncError`.
+
+    With ``exact`` (fp32, where both sides agree to ~1e-5) the absolute check of :func:`check_probe` replaces the
+    change comparison (the missed-sync check stays). The first call only calibrates (and, in bf16, rejects a
+    disagreement above ``sanity_tol``: wholly wrong weights).
+    """
+
+    tol: float
+    exact: bool
+    sanity_tol: float = 1.0
+    repeat_noise: float = 0.0
+    prev_engine: list[list[float]] | None = None
+    prev_trainer: list[float] | None = None
+
+    def check(
+        self,
+        engine_logprobs: Sequence[Sequence[float]],
+        trainer_logprobs: Sequence[float],
+        engine_repeat: Sequence[Sequence[float]] | None = None,
+    ) -> float:
+        """Verify one sync; returns the worst |engine - trainer| (first call) or |engine change - trainer change|.
+
+        ``engine_repeat`` (a second query of the same probe, first call only) calibrates ``repeat_noise``.
+        """
+        engine = [list(map(float, lps)) for lps in engine_logprobs]
+        trainer = list(map(float, trainer_logprobs))
+        absolute = check_probe(engine, trainer, self.tol if self.exact else max(self.sanity_tol, self.tol))
+        if self.prev_engine is None or self.prev_trainer is None:
+            if engine_repeat is not None:
+                self.repeat_noise = max(
+                    (
+                        _max_abs(a - b for a, b in zip(e, r, strict=True))
+                        for e, r in zip(engine, engine_repeat, strict=True)
+                    ),
+                    default=0.0,
+                )
+            worst = absolute
+        else:
+            if len(self.prev_engine) != len(engine):
+                raise WeightSyncError(f"{len(engine)} engines answered the probe, {len(self.prev_engine)} before")
+            d_trainer = [a - b for a, b in zip(trainer, self.prev_trainer, strict=True)]
+            trainer_move = _max_abs(d_trainer)
+            worst = 0.0
+            for i, (now, before) in enumerate(zip(engine, self.prev_engine, strict=True)):
+                d_engine = [a - b for a, b in zip(now, before, strict=True)]
+                if trainer_move > self.repeat_noise and not _max_abs(d_engine) > self.repeat_noise:
+                    raise WeightSyncError(
+                        f"engine {i} did not change across the weight sync (max |change| <= {self.repeat_noise:.3g}) "
+                        f"while the trainer's probe log-probs moved by up to {trainer_move:.3g}: the engine did not "
+                        "load the new weights."
+                    )
+                diff = _max_abs(a - b for a, b in zip(d_engine, d_trainer, strict=True))
+                if self.exact:  # the absolute check above already bounds both sides; a change may differ by 2 tol
+                    worst = max(worst, absolute)
+                    continue
+                if not diff <= self.tol:  # also catches NaN
+                    raise WeightSyncError(
+                        f"engine {i} changed differently from the trainer across the weight sync: max |engine change "
+                        f"- trainer change| = {diff:.3g} > tolerance {self.tol:.3g}. It loaded wrong weights."
+                    )
+                worst = max(worst, diff)
+        self.prev_engine, self.prev_trainer = engine, trainer
+        return worst

