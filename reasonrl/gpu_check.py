@@ -1,13 +1,16 @@
 """GPU smoke test: the first command to run on a machine with one CUDA GPU (``python -m reasonrl.gpu_check``).
 
-It puts one vLLM engine and one DeepSpeed ZeRO-3 policy on the same GPU (engine first, as ``colocate_all`` does),
-on a random model with Qwen2.5-0.5B's shape built locally (no download), in bf16, and checks:
+It puts one vLLM engine and one DeepSpeed ZeRO-3 policy on the same GPU (engine first and asleep at level 2, as
+``colocate_all`` starts), on a random model with Qwen2.5-0.5B's shape built locally (no download), in bf16, and walks
+the real device phases (``PhaseMachine``: sleep / wake of the engine, offload / reload of the policy) with the
+trainer's colocated sync order (SYNC -> load over CUDA IPC + exact fingerprint check -> GENERATION -> probe):
 
-1. ``agreement``: bf16 prompt log-probs of a probe, vLLM vs the DeepSpeed policy, on identical weights (kernel
-   noise only; reported, and must stay below 1 nat, the sync check's sanity bound);
-2. ``grpo_steps``: two GRPO steps of the real components (generate -> group-normalised advantages -> policy update
-   -> weight sync verified by the differential probe check of ``reasonrl.distributed.weight_sync``);
-3. ``missed_sync``: one more update without a sync must be caught by the differential check;
+1. ``agreement``: the first sync, then bf16 prompt log-probs of a probe, vLLM vs the DeepSpeed policy, on identical
+   weights (kernel noise only; reported, and must stay below 1 nat, the sync check's sanity bound);
+2. ``grpo_steps``: two GRPO steps of the real components (generate -> TRAINING -> group-normalised advantages ->
+   policy update -> the verified sync above);
+3. ``missed_sync``: generating after a level-2 sleep without a sync is refused, and one more update the engine
+   never receives is caught by the differential probe check;
 4. ``memory``: measured device memory per phase against the per-phase memory model
    (``reasonrl.distributed.memory_model``, ``docs/memory.md``) for this run's :class:`Setup` (:func:`run_setup`):
 
@@ -17,7 +20,9 @@ on a random model with Qwen2.5-0.5B's shape built locally (no download), in bf16
      train_state_bytes`` (parameters, fp32 gradients, master weights, Adam m and v);
    * ``training_peak``: the worker's ``max_memory_allocated`` over the two GRPO steps (peak reset before them);
      modelled ``policy_state + gather_bytes + max(activation_bytes, sync bucket)`` at the largest micro-batch the
-     steps ran (nothing is offloaded here, so the training states stay resident through the syncs).
+     steps ran;
+   * ``phase generation / training / sync``: device-wide use on entering each device phase against
+     ``colocated_phase_bytes`` of the same setup with sleep mode on.
 
    The model is an upper bound: a phase FAILS when ``measured > modelled x MEMORY_SLACK_RATIO +
    MEMORY_SLACK_BYTES`` (:func:`compare_memory`); every phase prints measured, modelled and their ratio.
@@ -30,6 +35,7 @@ checks on the tiny model on CPU, which the test suite runs).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +44,7 @@ from reasonrl.distributed.memory_model import (
     ModelShape,
     Setup,
     activation_bytes,
+    colocated_phase_bytes,
     gather_bytes,
     param_bytes,
     train_state_bytes,
@@ -185,14 +192,17 @@ def _run(name: str, fn: Callable[[], str], results: list[CheckResult]) -> bool:
 
 def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResult]:
     """Run every check (Ray is started here if it is not running). Returns one result per check."""
+    import asyncio
+
     import ray
     import torch
 
+    from reasonrl.distributed.phases import SLEEP_LEVEL, Phase, PhaseMachine
     from reasonrl.distributed.platform import DEVICE_ENV_VAR
     from reasonrl.distributed.ppo_workers import PolicyLossConfig, PolicyWorker, WorkerConfig
     from reasonrl.distributed.sync_checks import DifferentialProbe, WeightSyncError
     from reasonrl.distributed.vllm_engine import SamplingConfig, create_vllm_engines
-    from reasonrl.distributed.weight_sync import WeightSyncer, resolve_verify_source
+    from reasonrl.distributed.weight_sync import WeightSyncer, resolve_transport, resolve_verify_source
     from reasonrl.distributed.worker_group import WorkerGroup
     from reasonrl.experience import Experience
     from reasonrl.models import pad_batch
@@ -212,6 +222,7 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
         return total - free
 
     measured: dict[str, int] = {}  # phase -> bytes, filled on GPU (module docstring, item 4)
+    phase_used: dict[Phase, int] = {}  # device phase -> largest device-wide bytes seen in it (GPU)
     micro_batch_tokens: list[int] = []  # per GRPO step, its largest micro-batch
     baseline = device_used() if on_gpu else 0
     (engine,) = create_vllm_engines(
@@ -228,25 +239,40 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
         ray.get(engine.ready.remote(), timeout=600)  # engine first: vLLM needs its memory share free at start-up
         if on_gpu:
             measured["engine"] = device_used() - baseline
+        ray.get(engine.sleep.remote(SLEEP_LEVEL))  # as colocate_all starts: the engine asleep before DeepSpeed
         config = WorkerConfig(model_path=model_path, bf16=True, lr=lr, seed=seed)
         policy = WorkerGroup(PolicyWorker, _Placement(share | {"runtime_env": {"env_vars": env}}), timeout_s=600)
         policy.call("setup", config)
         state = policy.call("device_memory")[0]  # None without CUDA
         if state is not None:
             measured["policy_state"] = state["memory_allocated"]
+        phases = PhaseMachine([engine], {"policy": policy}, active=True)
         g = torch.Generator().manual_seed(seed)
         probe = torch.randint(3, 2048, (48,), generator=g).tolist()
         prompts = [torch.randint(3, 2048, (8,), generator=g).tolist() for _ in range(4)]
-        syncer = WeightSyncer(  # the GPU default: the object store under colocation, the training model's probe
+        syncer = WeightSyncer(  # the GPU defaults under colocation: CUDA IPC (shared memory on CPU), trainer probe
             policy,
             [engine],
             bucket_bytes=SYNC_BUCKET_MB * 2**20,
             tol=0.1,
             exact=False,
-            transport="object_store",
-            verify_with=resolve_verify_source("auto", "gpu" if on_gpu else "cpu"),
-            device="gpu" if on_gpu else "cpu",
+            transport=resolve_transport("auto", "gpu", colocated=True),
+            verify_with=resolve_verify_source("auto", device),
+            device=device,
         )
+
+        def enter(phase: Phase) -> None:
+            asyncio.run(phases.enter(phase))
+            if on_gpu:
+                phase_used[phase] = max(phase_used.get(phase, 0), device_used() - baseline)
+
+        def sync():
+            """The trainer's colocated order: SYNC -> load + exact check -> GENERATION -> probe."""
+            enter(Phase.SYNC)
+            report = asyncio.run(syncer.load())
+            phases.synced()
+            enter(Phase.GENERATION)
+            return asyncio.run(syncer.verify(probe, report))
 
         def trainer_lps() -> list[float]:
             return policy.call("compute_logprobs", [(probe[:1], probe[1:])])[0][0][0].tolist()
@@ -254,52 +280,73 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
         def engine_lps() -> list[float]:
             return ray.get(engine.prompt_logprobs.remote(probe))
 
+        def update(samples, adv) -> None:
+            mask = pad_batch(samples, 0).action_mask
+            old = policy.call_sharded("compute_logprobs", [samples])[0][0]
+            exp = Experience(samples, mask, old_logprobs=old, advantages=adv(old) * mask)
+            policy.call_sharded("update", exp.shard(1), PolicyLossConfig(), *exp.num_tokens_and_seqs())
+
         def agreement() -> str:
+            first = sync()  # the engine slept at level 2: load the (unchanged) weights; calibrates the probe
             diff = max(abs(a - b) for a, b in zip(engine_lps(), trainer_lps(), strict=True))
             if not diff < AGREEMENT_BOUND:
                 raise AssertionError(f"max |vLLM - DeepSpeed| = {diff:.3g} nats >= {AGREEMENT_BOUND}")
-            syncer.run(probe)  # calibrates the differential check on identical weights
-            return f"max |vLLM - DeepSpeed| bf16 log-prob on a {len(probe)}-token probe = {diff:.3g} nats"
+            return (
+                f"max |vLLM - DeepSpeed| bf16 log-prob on a {len(probe)}-token probe = {diff:.3g} nats; first sync "
+                f"({syncer.transport}) {first.num_bytes / GIB:.2f} GiB in {first.total_s:.2f} s, "
+                f"{first.params_checked} parameters checked exactly"
+            )
 
-        def grpo_step(i: int) -> float:
+        def grpo_step(i: int):
             sampling = SamplingConfig(n=4, temperature=1.0, max_tokens=16, seed=seed + i)
             rollout = ray.get(engine.generate.remote(prompts, sampling))
             samples = [(c.prompt_token_ids, c.token_ids) for c in rollout]
             micro_batch_tokens.append(largest_micro_batch_tokens(samples, config.max_tokens_per_micro_batch))
-            mask = pad_batch(samples, 0).action_mask
-            old = policy.call_sharded("compute_logprobs", [samples])[0][0]
             reward = torch.tensor([float(len(set(c.token_ids))) for c in rollout]).view(len(prompts), -1)
             adv = ((reward - reward.mean(1, keepdim=True)) / (reward.std(1, keepdim=True) + 1e-6)).flatten()
-            exp = Experience(samples, mask, old_logprobs=old, advantages=adv[:, None].expand_as(old) * mask)
-            policy.call_sharded("update", exp.shard(1), PolicyLossConfig(), *exp.num_tokens_and_seqs())
-            return syncer.run(probe).probe_max_abs_diff
+            enter(Phase.TRAINING)
+            update(samples, lambda old: adv[:, None].expand_as(old))
+            return sync()
 
         def grpo_steps() -> str:
             policy.call("device_memory", reset_peak=True)
-            diffs = [grpo_step(i) for i in range(2)]
+            reports = [grpo_step(i) for i in range(2)]
             peak = policy.call("device_memory")[0]
             if peak is not None:
                 measured["training_peak"] = peak["max_memory_allocated"]
-            return "2 steps, each sync verified; max |engine change - trainer change| = " + ", ".join(
-                f"{d:.3g}" for d in diffs
+            return "2 steps through the device phases, each sync checked exactly and by the probe: " + ", ".join(
+                f"{r.total_s:.2f} s ({r.params_checked} params, probe change diff {r.probe_max_abs_diff:.3g})"
+                for r in reports
             )
 
         def missed_sync() -> str:
-            before_engine, before_trainer = engine_lps(), trainer_lps()
             sampling = SamplingConfig(n=4, temperature=1.0, max_tokens=16, seed=seed + 7)
             rollout = ray.get(engine.generate.remote(prompts, sampling))
             samples = [(c.prompt_token_ids, c.token_ids) for c in rollout]
-            mask = pad_batch(samples, 0).action_mask
-            old = policy.call_sharded("compute_logprobs", [samples])[0][0]
-            adv = torch.where(torch.arange(len(samples))[:, None] % 2 == 0, 1.0, -1.0).expand_as(old) * mask
-            exp = Experience(samples, mask, old_logprobs=old, advantages=adv)
-            policy.call_sharded("update", exp.shard(1), PolicyLossConfig(), *exp.num_tokens_and_seqs())
+
+            def alternating(old):
+                return torch.where(torch.arange(len(samples))[:, None] % 2 == 0, 1.0, -1.0).expand_as(old)
+
+            # (1) after a level-2 sleep, generating without a sync is refused (the engine would produce garbage)
+            enter(Phase.TRAINING)
+            update(samples, alternating)
+            try:
+                enter(Phase.GENERATION)
+                raise AssertionError("GENERATION was entered with weights discarded by the level-2 sleep")
+            except RuntimeError as exc:
+                refused = str(exc).split(":")[0]
+            sync()
+            # (2) an update the engine never receives (it stays awake; the states are reloaded by hand)
+            before_engine, before_trainer = engine_lps(), trainer_lps()
+            policy.call("reload")
+            update(samples, alternating)
+            policy.call("offload")
             check = DifferentialProbe(tol=0.1, exact=False, prev_engine=[before_engine], prev_trainer=before_trainer)
             after = trainer_lps()
             try:
                 check.check([engine_lps()], after)
             except WeightSyncError as exc:
-                return f"a skipped sync is caught ({exc})"
+                return f"refused: {refused}; a skipped sync is caught by the probe ({exc})"
             moved = max(abs(a - b) for a, b in zip(after, before_trainer, strict=True))
             raise AssertionError(f"a skipped sync passed the check (the trainer's probe moved by {moved:.3g})")
 
@@ -317,13 +364,17 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
             predicted = predicted_phase_bytes(setup)
             passed, lines = compare_memory([(p, measured[p], predicted[p]) for p in predicted if p in measured])
             lines += [f"{p}: not measured (an earlier check failed)" for p in predicted if p not in measured]
+            modelled = colocated_phase_bytes(dataclasses.replace(setup, vllm_enable_sleep=True))
+            phase_rows = [(f"phase {p.value}", used, sum(modelled[p].values())) for p, used in phase_used.items()]
+            phases_passed, phase_lines = compare_memory(phase_rows)
             head = (
                 f"{baseline / GIB:.2f} GiB in use before the engine, {(total - free) / GIB:.2f} of "
                 f"{total / GIB:.1f} GiB after the run; micro-batch {setup.micro_batch_tokens} tokens; "
-                f"bound = modelled x {MEMORY_SLACK_RATIO} + {MEMORY_SLACK_BYTES / GIB:.1f} GiB"
+                f"bound = modelled x {MEMORY_SLACK_RATIO} + {MEMORY_SLACK_BYTES / GIB:.1f} GiB; device phases: "
+                "device-wide use on entering each phase vs the per-phase model"
             )
-            detail = "\n    ".join([head, *lines])
-            if not passed:
+            detail = "\n    ".join([head, *lines, *phase_lines])
+            if not (passed and phases_passed):
                 raise AssertionError(f"measured above the memory model's bound: {detail}")
             return detail
 

@@ -90,6 +90,18 @@ BAD_CONFIGS = [
     ("async-colocated", dict(async_staleness=1), r"async_staleness=1 with colocate_all=true.*colocate_all=false", []),
     ("correction-cap", dict(rollout_correction_cap=0.5), r"rollout_correction_cap=0.5: must be >= 1", []),
     (
+        "async-two-ahead",
+        dict(async_staleness=2, colocate_all=False),
+        r"async_staleness=2: .*cannot receive new weights while it generates.*async_staleness=1",
+        [],
+    ),
+    (
+        "ipc-split",
+        dict(sync_transport="ipc", colocate_all=False),
+        r"sync_transport='ipc' .*needs colocate_all=true",
+        [],
+    ),
+    (
         "async-dynamic-sampling",
         dict(async_staleness=1, colocate_all=False, dynamic_sampling=True, advantage_estimator="grpo"),
         r"async_staleness=1 with dynamic_sampling refills.*use async_staleness=0",

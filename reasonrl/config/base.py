@@ -172,7 +172,8 @@ class BasePPOExpConfig(DerivedValues):
         0,
         "asynchronous RL: the engines generate the rollouts of up to k steps ahead while the trainers update (their "
         "data is at most k updates old; pair with rollout_correction=token_tis); 0 = the exact synchronous loop; "
-        "needs split placement (colocate_all=false)",
+        "1 = one step ahead (more is refused: an engine cannot receive weights while it generates, so it would add "
+        "staleness, not overlap); needs split placement (colocate_all=false)",
     )
     stream_rollout: bool = _rol(
         True,

@@ -92,6 +92,13 @@ def _check_algorithm(cfg: BasePPOExpConfig) -> list[str]:
             f"async_staleness={cfg.async_staleness} with {extra}: those extra generations would run on newer weights "
             "than the step's rollout and draw prompts out of step order; use async_staleness=0 with them"
         )
+    if cfg.async_staleness > 1:
+        problems.append(
+            f"async_staleness={cfg.async_staleness}: each vLLM engine is one Ray actor that runs one call at a time, so "
+            "it cannot receive new weights while it generates, and every sync waits for the rollouts already queued "
+            "on it; more than one step ahead adds staleness without adding overlap (docs/distributed.md, measured). "
+            "Use async_staleness=1"
+        )
     if cfg.async_staleness > 0 and cfg.colocate_all:
         problems.append(
             f"async_staleness={cfg.async_staleness} with colocate_all=true: the roles and the engines time-share the "

@@ -168,11 +168,17 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("time/checkpoint", "checkpoint save (on steps that save)"),
     Scalar("time/step", "the whole step"),
     # weight sync
-    Scalar("sync/total_s", "seconds of the last weight sync (gather + transfer + load + verify)"),
+    Scalar("sync/total_s", "seconds of the last weight sync (gather + transfer + load + check + verify)"),
     Scalar("sync/bytes", "bytes of parameters sent to the engines by the last sync"),
     Scalar("sync/buckets", "number of buckets (each a set of whole decoder layers) of the last sync"),
     Scalar("sync/gather_s", "seconds gathering ZeRO-3 shards into full tensors"),
     Scalar("sync/load_s", "seconds the engines spent loading the new weights"),
+    Scalar(
+        "sync/check_s",
+        "seconds of the exact check (fingerprints of every tensor received and of the engine parameters)",
+    ),
+    Scalar("sync/params_checked", "engine parameters whose bytes the exact check compared with what was sent"),
+    Scalar("sync/reload_warnings_dropped", "vLLM partial-reload warnings dropped (one per module outside each bucket)"),
     Scalar("sync/verify_s", "seconds of the probe check (policy vs engines)"),
     Scalar("sync/probe_max_abs_diff", "max |logprob difference| between policy and engines on the probe"),
     Scalar(
