@@ -110,7 +110,8 @@ class BasePPOExpConfig(DerivedValues):
         None,
         "REQUIRED. Policy (and reference) model: a local Hugging Face folder (with config.json; an existing path "
         "wins), a Hub id owner/name or owner/name@revision (from the HF cache; downloaded first unless "
-        "HF_HUB_OFFLINE=1), or an offline model: tiny / tiny-demo / smollm2 / arith-sft",
+        "HF_HUB_OFFLINE=1; pinned to its commit at the start, owner/name@<commit>, which each node loads from its "
+        "own HF cache and a resume keeps), or an offline model: tiny / tiny-demo / smollm2 / arith-sft",
     )
     critic_pretrain: str | None = _mod(None, "critic initialisation (value head added); None = same as pretrain")
     reward_pretrain: str | None = _mod(

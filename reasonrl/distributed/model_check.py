@@ -83,21 +83,20 @@ def _check_here(sources: list[str], address: str, node_id: str) -> dict[str, Any
     return dict(node_id=node_id, name=name, cache=str(hub_cache_dir()), folders=folders, problems=problems)
 
 
-def check_models_on_nodes(plan: Any, sources: Mapping[str, str], *, lone_driver_node: bool = False) -> dict:
+def check_models_on_nodes(plan: Any, sources: Mapping[str, str], *, even_on_one_node: bool = False) -> dict:
     """Resolve every model source on every node that loads it (``sources``: role -> source; nodes from
     ``plan.bundle_nodes``), one Ray task per node, all at once. Returns ``{node id: NodeModels}``; raises
     :class:`ModelsNotOnNodesError` naming every node and model that is missing.
 
-    ``lone_driver_node=False`` skips the check on a one-node cluster that is the driver's own node (a local
-    instance): the driver resolved every model there already, so the task would only cost a worker start."""
+    A one-node cluster that is the driver's own node (a local instance) is not asked unless ``even_on_one_node``:
+    the driver resolved every model there already, so the task would only cost a worker start."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
-    if not lone_driver_node and alive == [ray.get_runtime_context().get_node_id()]:
+    alive = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes() if n.get("Alive")}
+    if not even_on_one_node and list(alive) == [ray.get_runtime_context().get_node_id()]:
         return {}
     needs = node_needs(plan, sources)
-    addresses = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes()}
     check = ray.remote(_check_here)
     refs = {}
     for node, by_source in needs.items():
@@ -107,7 +106,7 @@ def check_models_on_nodes(plan: Any, sources: Mapping[str, str], *, lone_driver_
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
             runtime_env={"env_vars": _node_env(plan, roles)},
         )
-        refs[node] = check.options(**options).remote(list(by_source), addresses.get(node, "?"), node)
+        refs[node] = check.options(**options).remote(list(by_source), alive.get(node, "?"), node)
     logger.info(f"checking {len(set(sources.values()))} model(s) on {len(needs)} node(s) before start-up")
     found = {node: NodeModels(**ray.get(ref)) for node, ref in refs.items()}
     problems = [

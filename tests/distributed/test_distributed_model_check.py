@@ -51,6 +51,31 @@ def test_each_node_is_asked_for_the_models_its_actors_load():
     assert needs == {"A": {SOURCE: ["policy"]}, "B": {SOURCE: ["policy", "vllm"]}}
 
 
+@pytest.mark.integration
+def test_one_local_node_is_not_asked_unless_told(ray_cluster, tmp_path, tiny_model_dir):
+    """The session's local Ray instance is one node, the driver's: the check costs nothing there; asked anyway, it
+    resolves on that node and reports a folder missing there with the role that needs it."""
+    import ray
+
+    from reasonrl.distributed.model_check import ModelsNotOnNodesError, check_models_on_nodes
+
+    here = ray.get_runtime_context().get_node_id()
+    role = SimpleNamespace(group_name="g", engine_bundle_indices=[[0]], env_vars=lambda i: {"HF_HUB_OFFLINE": "1"})
+
+    class Plan(dict):
+        bundle_nodes = {"g": {0: here}}
+
+    plan, missing = Plan(policy=role, vllm=role), str(tmp_path / "absent")
+    assert check_models_on_nodes(plan, {"policy": missing}) == {}
+    found = check_models_on_nodes(plan, {"policy": str(tiny_model_dir)}, even_on_one_node=True)
+    assert found[here].folders == {str(tiny_model_dir): str(tiny_model_dir)}
+    with pytest.raises(ModelsNotOnNodesError) as info:
+        check_models_on_nodes(plan, {"policy": missing, "vllm": missing}, even_on_one_node=True)
+    (problem,) = info.value.problems
+    assert problem.startswith(f"policy, vllm: model folder {missing} does not exist on node ")
+    assert f"Ray node {here[:12]}" in problem and "same path on every node" in problem
+
+
 class Loaded(Exception):
     """Raised by the stand-in loaders: carries the folder the worker was about to load."""
 
