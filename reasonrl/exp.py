@@ -85,6 +85,9 @@ class BasePPOExp:
 
             import reasonrl.sft.warm_start  # noqa: F401  fills the offline-model registry before a model is resolved
 
+            pinned = cfg.pin_models()  # Hub ids -> owner/name@<commit>: what the actors, logs and checkpoints get
+            if pinned:
+                logger.info("Hub models pinned to their commits: " + ", ".join(f"{k}={v}" for k, v in pinned.items()))
             return AutoTokenizer.from_pretrained(cfg.resolve_model_path(cfg.pretrain))
 
         with contextlib.ExitStack() as stack:
@@ -168,6 +171,7 @@ class BasePPOExp:
             cpus_per_bundle=cfg.cpus_per_bundle,
         )
         stack.callback(_logged, plan.remove)
+        self._check_models_on_nodes(plan)  # every node that loads a model has it, before any actor starts
         reward_pad_id, reward_encoder = self._reward_model_inputs(tokenizer)
         roles = self._start_roles(stack, plan, num_steps, tokenizer.pad_token_id, reward_pad_id)
         checkpoints = CheckpointManager(Path(cfg.ckpt_dir) / cfg.exp_name, keep_last=cfg.keep_last_ckpts)
@@ -216,13 +220,16 @@ class BasePPOExp:
         starts, and checked against this config: :class:`ConfigError` lists every field that differs from the
         checkpoint's ``config.json`` beyond those always allowed or named in ``resume_allow_changes``
         (``reasonrl.config.resume``), and names an explicit ``resume`` path that is not a complete checkpoint, or
-        ``resume=auto`` over checkpoints that are all damaged (never a silent restart). Once accepted, checkpoints of
+        ``resume=auto`` over checkpoints that are all damaged (never a silent restart). A Hub model given as the run
+        that wrote the checkpoint gave it (``owner/name``) takes the commit that run pinned
+        (:func:`reasonrl.config.model_paths.adopt_saved_pins`), not today's ``main``. Once accepted, checkpoints of
         another history (newer than an explicit ``resume``, or all of them for ``resume=none``) are moved aside
         (``CheckpointManager.start_from``)."""
         if getattr(self, "_resume_checked", False):
             return self._resume_path
         from reasonrl.config import ConfigError
-        from reasonrl.config.resume import check_resume_config
+        from reasonrl.config.model_paths import adopt_saved_pins
+        from reasonrl.config.resume import check_resume_config, read_saved_config
         from reasonrl.utils.checkpoint import CheckpointError, CheckpointManager, NoCompleteCheckpointError
 
         cfg = self.cfg
@@ -234,12 +241,31 @@ class BasePPOExp:
             fix = "" if isinstance(err, NoCompleteCheckpointError) else fix  # that message names the choices itself
             raise ConfigError([f"{err}{fix}"], title="resume refused") from None
         if path is not None:
+            adopted = adopt_saved_pins(cfg, read_saved_config(path))  # the commits the checkpoint was trained from
+            if adopted:
+                logger.info("resume keeps the checkpoint's model commits: " + ", ".join(adopted.values()))
             removed = check_resume_config(cfg, path)
             if removed:
                 logger.warning(f"{path}/config.json has fields this config no longer has (ignored): {removed}")
         checkpoints.start_from(path)
         self._resume_path, self._resume_checked = path, True
         return path
+
+    def _check_models_on_nodes(self, plan) -> None:
+        """Every node the placement uses resolves the models its actors will load, one Ray task per node
+        (:mod:`reasonrl.distributed.model_check`; a node that is online downloads a missing Hub snapshot then).
+        :class:`ConfigError` lists every node and model missing, with what to do, before any engine or DeepSpeed
+        rank starts. A one-node cluster that is the driver's own node is not asked: the driver resolved every model
+        there already (``model_source``)."""
+        from reasonrl.config import ConfigError
+        from reasonrl.config.mapping import role_model_sources
+        from reasonrl.distributed.model_check import ModelsNotOnNodesError, check_models_on_nodes
+
+        sources = role_model_sources(self.cfg, plan.roles)  # resolved here first (downloaded when online)
+        try:
+            check_models_on_nodes(plan, sources)
+        except ModelsNotOnNodesError as err:
+            raise ConfigError(err.problems, title="models missing on some nodes") from None
 
     def _reward_model_inputs(self, tokenizer):
         """``(pad id, encoder)`` of the learned reward model: its own tokenizer's pad id, and None when it shares
@@ -351,7 +377,7 @@ def start_vllm_engines(cfg: BasePPOExpConfig, placement, stack: contextlib.ExitS
 
     engines = create_vllm_engines(
         cfg.vllm_num_engines,
-        cfg.resolve_model_path(cfg.pretrain),
+        cfg.model_source(cfg.pretrain),  # a Hub id at its commit (each engine resolves it on its node) or a folder
         placement=placement,
         dtype="bfloat16" if cfg.bf16 else "float32",
         max_model_len=cfg.resolved_vllm_max_model_len,

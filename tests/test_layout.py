@@ -58,6 +58,11 @@ KNOWN_CONFIG_REACH_UP = {
     "reasonrl.models.packing_pays",  # mapping.py: packing choice
     "reasonrl.rewards.shaping.RewardConfig",  # mapping.py: reward config
 }
+# Modules below config/ that config/ may build on: standard library and third-party only, no other reasonrl module
+# (checked below), so that actors can use them without importing config/ (distributed/ never does).
+CONFIG_BUILDS_ON = {
+    "reasonrl.utils.hub",  # Hub ids and the HF cache of this process: the driver pins with it, each actor resolves
+}
 FORBIDDEN_IN_REWARDS = {"ray", "deepspeed", "vllm"}
 
 
@@ -230,9 +235,18 @@ def test_config_imports_stdlib_itself_and_registry_names_only():
     bad = {
         name: files
         for name, files in outside.items()
-        if _top(name) not in CONFIG_THIRD_PARTY and name not in CONFIG_REGISTRY_NAMES | KNOWN_CONFIG_REACH_UP
+        if _top(name) not in CONFIG_THIRD_PARTY
+        and name not in CONFIG_REGISTRY_NAMES | KNOWN_CONFIG_REACH_UP
+        and name.rpartition(".")[0] not in CONFIG_BUILDS_ON
     }
     assert not bad, f"config/ imports beyond the standard library and registry names: {bad}"
+
+
+def test_what_config_builds_on_imports_no_reasonrl_module():
+    modules = load_modules()
+    for name in CONFIG_BUILDS_ON:
+        inside = [i for i in modules[name].imports if i.startswith("reasonrl.")]
+        assert not inside, f"{name} is below config/ and distributed/: it must not import {inside}"
 
 
 def test_algos_import_torch_only():

@@ -18,7 +18,7 @@ from reasonrl.config.debug import shrink_for_debug
 from reasonrl.config.derived import DerivedValues
 from reasonrl.config.errors import ConfigError
 from reasonrl.config.fields import _alg, _annotation_text, _dat, _evl, _exp, _log, _mod, _opt, _res, _rol
-from reasonrl.config.model_paths import resolve_model_path
+from reasonrl.config.model_paths import model_source, pin_model_fields, resolve_model_path
 from reasonrl.config.names import ORZ_STOP_STRINGS
 from reasonrl.config.overrides import apply_overrides, config_from_cli, debug_mode_requested
 from reasonrl.config.render import config_help, config_table, markdown_fields
@@ -110,7 +110,8 @@ class BasePPOExpConfig(DerivedValues):
         None,
         "REQUIRED. Policy (and reference) model: a local Hugging Face folder (with config.json; an existing path "
         "wins), a Hub id owner/name or owner/name@revision (from the HF cache; downloaded first unless "
-        "HF_HUB_OFFLINE=1), or an offline model: tiny / tiny-demo / smollm2 / arith-sft",
+        "HF_HUB_OFFLINE=1; pinned to its commit at the start, owner/name@<commit>, which each node loads from its "
+        "own HF cache and a resume keeps), or an offline model: tiny / tiny-demo / smollm2 / arith-sft",
     )
     critic_pretrain: str | None = _mod(None, "critic initialisation (value head added); None = same as pretrain")
     reward_pretrain: str | None = _mod(
@@ -371,6 +372,20 @@ class BasePPOExpConfig(DerivedValues):
         use by its registered builder; an existing local path wins over a Hub id; a Hub id ``owner/name`` or
         ``owner/name@revision`` becomes its snapshot folder in the HF cache, downloaded first when online."""
         return resolve_model_path(value)
+
+    @staticmethod
+    def model_source(value: str | None) -> str | None:
+        """What the actors get for a model field (:func:`reasonrl.config.model_paths.model_source`): a Hub id
+        pinned to the commit it resolves to here (each actor loads that commit from its own node's HF cache), or
+        the local folder as an absolute path (which must then exist on every node that loads it)."""
+        return model_source(value)
+
+    def pin_models(self) -> dict[str, str]:
+        """Pin the Hub-id model fields (``pretrain``, ``critic_pretrain``, ``reward_pretrain``) in place to the
+        commits they resolve to now (``owner/name`` -> ``owner/name@<commit>``), so that the logs and checkpoints
+        name the exact weights and a resume loads them again; returns ``{field: pinned id}`` of those changed.
+        Resolves (downloads when online). :func:`reasonrl.config.model_paths.pin_model_fields`."""
+        return pin_model_fields(self)
 
     # ------------------------------------------------------------------------------------------ mapping helpers
     def role_resources(self) -> dict[str, Any]:

@@ -43,6 +43,26 @@ def placement_requests(cfg: BasePPOExpConfig, device: str | None = None) -> list
     return plan_groups(cfg.role_resources(), device=device or cfg.resolved_device(), **cfg.placement_kwargs())
 
 
+def role_model(cfg: BasePPOExpConfig, role: str) -> str | None:
+    """The model field value a role loads: ``pretrain`` for policy, ref and the vLLM engines, ``critic_pretrain``
+    (else ``pretrain``) for the critic, ``reward_pretrain`` for the reward model."""
+    if role == "critic":
+        return cfg.critic_pretrain or cfg.pretrain
+    return cfg.reward_pretrain if role == "reward" else cfg.pretrain
+
+
+def role_model_source(cfg: BasePPOExpConfig, role: str) -> str | None:
+    """What the actors of ``role`` get to load (:meth:`BasePPOExpConfig.model_source` of :func:`role_model`): a
+    Hub id pinned to its commit, resolved by each actor on its own node, or a local folder."""
+    return cfg.model_source(role_model(cfg, role))
+
+
+def role_model_sources(cfg: BasePPOExpConfig, roles) -> dict[str, str]:
+    """``{role: model source}`` of ``roles`` (e.g. the roles of a placement plan) that load a model."""
+    out = {role: role_model_source(cfg, role) for role in roles}
+    return {role: source for role, source in out.items() if source is not None}
+
+
 def worker_config(cfg: BasePPOExpConfig, role: str, *, num_rollout_steps: int | None = None, **extra: Any):
     """See :meth:`BasePPOExpConfig.worker_config`."""
     from reasonrl.distributed.ppo_workers import WorkerConfig
@@ -59,8 +79,7 @@ def worker_config(cfg: BasePPOExpConfig, role: str, *, num_rollout_steps: int | 
         seed=cfg.seed,
     )
     if role in ("ref", "reward"):
-        path = cfg.pretrain if role == "ref" else cfg.reward_pretrain
-        kwargs = dict(common, model_path=cfg.resolve_model_path(path), offload_params=cfg.ref_offload_params)
+        kwargs = dict(common, model_path=role_model_source(cfg, role), offload_params=cfg.ref_offload_params)
     else:
         per_rollout = (
             cfg.policy_optimizer_steps_per_rollout if role == "policy" else cfg.critic_optimizer_steps_per_rollout
@@ -70,10 +89,9 @@ def worker_config(cfg: BasePPOExpConfig, role: str, *, num_rollout_steps: int | 
             raise ValueError(
                 f"lr_schedule={cfg.lr_schedule!r} needs the run length: pass num_rollout_steps or set max_steps"
             )
-        path = cfg.pretrain if role == "policy" else (cfg.critic_pretrain or cfg.pretrain)
         kwargs = dict(
             common,
-            model_path=cfg.resolve_model_path(path),
+            model_path=role_model_source(cfg, role),
             lr=cfg.actor_lr if role == "policy" else cfg.critic_lr,
             weight_decay=cfg.weight_decay,
             warmup_steps=cfg.lr_warmup_steps,  # optimizer steps of this role, as ORZ / OpenRLHF / verl

@@ -11,24 +11,58 @@ A value is, in this order of precedence:
 The Hub cache and offline mode are read from the environment at call time (``HF_HUB_CACHE``, else
 ``HUGGINGFACE_HUB_CACHE``, else ``HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub`` or
 ``~/.cache/huggingface/hub``; ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE``), as ``huggingface_hub.constants`` reads
-them at import time, and passed explicitly to huggingface_hub.
+them at import time, and passed explicitly to huggingface_hub (the lookups themselves live in
+:mod:`reasonrl.utils.hub`, which the actors use on their own nodes).
 
 Validation (:func:`model_problems`, :func:`model_max_positions`) never downloads: offline, a Hub id must be in the
 cache; online, an uncached Hub id is accepted and :func:`resolve_model_path` downloads it on the driver (the runner's
 first call, before Ray starts). ``huggingface_hub`` is imported only when a Hub id is looked up.
+
+Several nodes, and resume. A Hub id is pinned on the driver to the commit it resolves to there (:func:`pinned_model`:
+``owner/name`` -> ``owner/name@<commit>``); the run records the pinned id in its config (:func:`pin_model_fields`,
+and what the user gave in the saved config's ``_pinned_from``), and what goes to the actors is that id, not the
+driver's folder (:func:`model_source`): each actor finds the commit in its own node's cache
+(:func:`reasonrl.utils.hub.local_model_folder`). A resume takes the commit its checkpoint recorded
+(:func:`adopt_saved_pins`), whatever ``main`` points at by then.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from reasonrl.config.errors import ConfigError
 from reasonrl.config.offline_models import OFFLINE_MODELS, offline_model_path
+from reasonrl.utils.hub import (
+    HUB_ID,
+    cached_snapshot,
+    hub_cache_dir,
+    hub_offline,
+    is_commit,
+    snapshot_commit,
+    split_hub_id,
+)
 
-HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as the Hub spells repository ids
+__all__ = [  # the Hub lookups live in reasonrl.utils.hub (actors use them too); re-exported here
+    "HOW_TO_PROVIDE_MODEL",
+    "HUB_ID",
+    "MODEL_FIELDS",
+    "adopt_saved_pins",
+    "cached_snapshot",
+    "hub_cache_dir",
+    "hub_offline",
+    "model_max_positions",
+    "model_problems",
+    "model_source",
+    "pin_model_fields",
+    "pin_record",
+    "pinned_model",
+    "resolve_model_path",
+    "split_hub_id",
+]
 
 HOW_TO_PROVIDE_MODEL = (
     "Provide the model as {field}=/path/to/hf_folder (a Hugging Face model folder with config.json; relative "
@@ -39,53 +73,19 @@ HOW_TO_PROVIDE_MODEL = (
 )
 
 
-def hub_cache_dir() -> Path:
-    """The Hugging Face Hub cache folder, from the environment now (huggingface_hub's own order of variables)."""
-    env = os.environ
-    cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
-    if not cache:
-        xdg = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        cache = os.path.join(env.get("HF_HOME") or os.path.join(xdg, "huggingface"), "hub")
-    return Path(os.path.expandvars(os.path.expanduser(cache)))
-
-
-def hub_offline() -> bool:
-    """True when ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) is set to 1/true/yes/on now."""
-    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
-    return value.strip().lower() in ("1", "true", "yes", "on")
-
-
-def split_hub_id(value: str) -> tuple[str, str | None] | None:
-    """``(repo_id, revision)`` of a Hub-id-shaped value (``owner/name`` or ``owner/name@rev``; revision None =
-    ``main``), else None. Local paths are not excluded here: :func:`resolve_model_path` checks them first."""
-    repo_id, sep, revision = value.partition("@")
-    if not HUB_ID.fullmatch(repo_id) or (sep and not revision):
-        return None
-    return repo_id, (revision or None)
-
-
-def cached_snapshot(repo_id: str, revision: str | None = None) -> Path | None:
-    """The snapshot folder of ``repo_id`` at ``revision`` (default ``main``) in the Hub cache, if it is there,
-    complete as far as the cache knows, and holds config.json; never touches the network."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
-
-    try:
-        folder = snapshot_download(repo_id, revision=revision, cache_dir=hub_cache_dir(), local_files_only=True)
-    except (LocalEntryNotFoundError, HFValidationError, OSError):  # IncompleteSnapshotError is a LocalEntryNotFound
-        return None
-    return Path(folder) if (Path(folder) / "config.json").is_file() else None
-
-
 def _how(field: str, repo: str) -> str:
     return HOW_TO_PROVIDE_MODEL.format(field=field, repo=repo, leaf=repo.split("/")[-1])
 
 
-def _not_cached(field: str, value: str, repo_id: str) -> str:
-    return (
-        f"{field}={value!r} does not exist locally, and the Hugging Face Hub id {repo_id!r} is not in the local HF "
-        f"cache ({hub_cache_dir()}){' while HF_HUB_OFFLINE=1' if hub_offline() else ''}. {_how(field, repo_id)}"
+def _not_cached(field: str, value: str, repo_id: str, revision: str | None = None) -> str:
+    at = f" at revision {revision}" if revision else ""
+    problem = (
+        f"{field}={value!r} does not exist locally, and the Hugging Face Hub id {repo_id!r}{at} is not in the local "
+        f"HF cache ({hub_cache_dir()}){' while HF_HUB_OFFLINE=1' if hub_offline() else ''}. {_how(field, repo_id)}"
     )
+    if revision:
+        problem += f"; that revision into the cache: `hf download {repo_id} --revision {revision}`"
+    return problem
 
 
 _DOWNLOADED: dict[tuple[str, str | None, str], str] = {}  # (repo_id, revision, cache) -> snapshot, this process
@@ -121,13 +121,100 @@ def _snapshot_folder(field: str, value: str, repo_id: str, revision: str | None)
     try:
         return snapshot_download(repo_id, revision=revision, cache_dir=hub_cache_dir(), local_files_only=offline)
     except LocalEntryNotFoundError as error:
-        problem = _not_cached(field, value, repo_id)
+        problem = _not_cached(field, value, repo_id, revision)
         if not offline:
             problem += f" (the download failed: {type(error).__name__}: {str(error).splitlines()[0]})"
         raise ConfigError([problem], title="model not available") from error
     except (HFValidationError, OSError) as error:  # unknown repo or revision, gated, HTTP errors: all OSErrors
         problem = f"{field}={value!r}: the Hub could not provide it ({type(error).__name__}: {error})"
         raise ConfigError([f"{problem}. {_how(field, repo_id)}"], title="model not available") from error
+
+
+# ------------------------------------------------------------------------------------------ pinning
+MODEL_FIELDS = ("pretrain", "critic_pretrain", "reward_pretrain")  # the model fields of a config (SFT: pretrain)
+PINNED_FROM = "_pinned_from"  # saved-config key: {field: the value the user gave} for each field pinned by the run
+
+
+def _hub_model(value: str | None) -> tuple[str, str | None] | None:
+    """``(repo_id, revision)`` when ``value`` names a Hub model (not None, not an offline name, not an existing
+    local path), else None."""
+    if value is None or value in OFFLINE_MODELS or Path(value).expanduser().exists():
+        return None
+    return split_hub_id(value)
+
+
+def pinned_model(value: str | None, field: str = "pretrain") -> str | None:
+    """``value`` with a Hub id's revision replaced by the commit it resolves to now, on this machine
+    (``owner/name`` or ``owner/name@branch`` -> ``owner/name@<40-hex commit>``; resolved, i.e. downloaded when online
+    and not cached, by :func:`resolve_model_path`). A value already at a commit, an offline name and a local path
+    are returned unchanged (ConfigError when the Hub id cannot be had, as :func:`resolve_model_path`)."""
+    hub = _hub_model(value)
+    if hub is None or is_commit(hub[1]):
+        return value
+    commit = snapshot_commit(resolve_model_path(value, field))
+    return f"{hub[0]}@{commit}" if commit else value  # a cache that is not Hub-shaped: left as given
+
+
+def model_source(value: str | None, field: str = "pretrain") -> str | None:
+    """What the actors get for a model field: a Hub id pinned to its commit (:func:`pinned_model`; each actor finds
+    that commit in its own node's HF cache, :func:`reasonrl.utils.hub.local_model_folder`), else the local folder
+    as an absolute path (an offline model built here first): a local folder must exist at that path on every node
+    that loads it. Resolved on this machine first, as :func:`resolve_model_path` (downloaded when online)."""
+    if value is None:
+        return None
+    folder = resolve_model_path(value, field)  # the driver has it too (its tokenizer, its node)
+    if _hub_model(value) is not None:
+        return pinned_model(value, field)
+    return str(Path(folder).absolute())
+
+
+def _pins(cfg: Any) -> dict[str, str]:
+    """``{field: value given}`` of the fields this run pinned (kept on the config object, written to its JSON)."""
+    return cfg.__dict__.setdefault(PINNED_FROM, {})
+
+
+def pin_model_fields(cfg: Any, fields: Sequence[str] = MODEL_FIELDS) -> dict[str, str]:
+    """Pin every Hub-id model field of ``cfg`` to its commit in place (:func:`pinned_model`), so that the run, its
+    logs and its checkpoints name the exact weights. Returns ``{field: pinned id}`` of the fields changed; what
+    was given is remembered (:func:`pin_record`) for a later resume. Resolves, so downloads when online."""
+    changed = {}
+    for name in fields:
+        given = getattr(cfg, name, None)
+        pinned = pinned_model(given, name)
+        if pinned != given:
+            setattr(cfg, name, pinned)
+            _pins(cfg).setdefault(name, given)
+            changed[name] = pinned
+    return changed
+
+
+def adopt_saved_pins(cfg: Any, saved: Mapping[str, Any], fields: Sequence[str] = MODEL_FIELDS) -> dict[str, str]:
+    """Resume: give each model field of ``cfg`` the commit its checkpoint's saved config pinned, when this run asks
+    for the same model as that run did (the value it gave, ``saved["_pinned_from"]``; for a config saved without
+    that record, a bare ``owner/name`` of the same repository). Called before the saved and current configs are
+    compared, so ``owner/name`` then matches the recorded ``owner/name@<commit>``, and the resumed run loads that
+    commit, not whatever ``main`` is now. Any other value is left as it is (the comparison then reports it).
+    Returns ``{field: pinned id}`` of the fields changed."""
+    record = saved.get(PINNED_FROM)
+    record = record if isinstance(record, Mapping) else None
+    adopted = {}
+    for name in fields:
+        given, pinned = getattr(cfg, name, None), saved.get(name)
+        hub, saved_hub = _hub_model(given), split_hub_id(pinned) if isinstance(pinned, str) else None
+        if hub is None or saved_hub is None or is_commit(hub[1]) or not is_commit(saved_hub[1]):
+            continue
+        same_request = record.get(name) == given if record is not None else (hub == (saved_hub[0], None))
+        if same_request and hub[0] == saved_hub[0]:
+            setattr(cfg, name, pinned)
+            _pins(cfg).setdefault(name, given)
+            adopted[name] = pinned
+    return adopted
+
+
+def pin_record(cfg: Any) -> dict[str, Any]:
+    """``{"_pinned_from": {field: value given}}`` for a saved config (empty when nothing was pinned)."""
+    pins = cfg.__dict__.get(PINNED_FROM)
+    return {PINNED_FROM: dict(pins)} if pins else {}
 
 
 def model_problems(field: str, value: str) -> list[str]:
@@ -148,7 +235,7 @@ def model_problems(field: str, value: str) -> list[str]:
         return [f"{field}={value!r} does not exist (no such folder; current directory: {os.getcwd()}). {how}"]
     if not hub_offline() or cached_snapshot(*hub) is not None:
         return []  # online: resolve_model_path downloads it before anything starts
-    return [_not_cached(field, value, hub[0])]
+    return [_not_cached(field, value, *hub)]
 
 
 def model_max_positions(value: str) -> int | None:

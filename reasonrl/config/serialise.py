@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from reasonrl.config.convert import _BadValue, _convert, _type_hints, _type_name
 from reasonrl.config.errors import ConfigError, _close
+from reasonrl.config.model_paths import pin_record
 
 if TYPE_CHECKING:
     from reasonrl.config.base import BasePPOExpConfig
@@ -26,7 +27,7 @@ def save_config_json(cfg: BasePPOExpConfig, path: str | os.PathLike) -> Path:
     if path.is_dir():
         path = path / "config.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"_class": f"{type(cfg).__module__}.{type(cfg).__qualname__}", **cfg.to_dict()}
+    data = {"_class": f"{type(cfg).__module__}.{type(cfg).__qualname__}", **pin_record(cfg), **cfg.to_dict()}
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "w") as f:
         json.dump(data, f, indent=2)

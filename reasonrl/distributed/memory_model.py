@@ -113,7 +113,7 @@ class Setup:
 
 def setup_from_config(cfg, model: ModelShape | None = None, device_bytes: int = DEVICE_BYTES) -> Setup:
     """A :class:`Setup` from a ``BasePPOExpConfig``; ``model`` defaults to :data:`QWEN25` [``cfg.pretrain``]."""
-    shape = model or QWEN25.get(cfg.pretrain or "")
+    shape = model or QWEN25.get((cfg.pretrain or "").partition("@")[0])  # a Hub id at any revision (pinned too)
     if shape is None:
         raise KeyError(f"pretrain={cfg.pretrain!r}: no model shape known; pass model=ModelShape(...) from its config")
     return Setup(

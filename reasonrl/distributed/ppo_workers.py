@@ -30,12 +30,15 @@ from reasonrl.distributed.optim_setup import make_lr_scheduler
 from reasonrl.distributed.platform import dist_backend
 from reasonrl.distributed.workers import DistributedWorker
 from reasonrl.experience import Experience, RaggedShard, Sample, flatten_padded
+from reasonrl.utils.hub import local_model_folder
 
 
 @dataclasses.dataclass
 class WorkerConfig:
     """How one role's model is loaded and trained (the experiment config maps onto this)."""
 
+    # A local folder, or a Hub id (pinned: owner/name@<commit>) that each rank resolves in its own node's HF cache
+    # right before loading (reasonrl.utils.hub.local_model_folder).
     model_path: str
     zero_stage: int = 3
     bf16: bool = False
@@ -227,7 +230,9 @@ class PolicyWorker(_ModelWorker):
         self.config = config
         torch.manual_seed(config.seed)
         model, self._hf_ds_config = ds.load_causal_lm(
-            config.model_path, self._train_ds_config(), attn_implementation=config.attn_implementation
+            local_model_folder(config.model_path),
+            self._train_ds_config(),
+            attn_implementation=config.attn_implementation,
         )
         self._build_trainable(model)
         return sum(p.numel() for p in self.engine.module.parameters())
@@ -364,7 +369,9 @@ class ReferenceWorker(_ModelWorker):
     def setup(self, config: WorkerConfig) -> int:
         self.config = config
         model, self._hf_ds_config = ds.load_causal_lm(
-            config.model_path, self._frozen_ds_config(), attn_implementation=config.attn_implementation
+            local_model_folder(config.model_path),
+            self._frozen_ds_config(),
+            attn_implementation=config.attn_implementation,
         )
         self.engine = ds.initialize_frozen(model, self._frozen_ds_config())
         return sum(p.numel() for p in self.engine.module.parameters())
@@ -388,7 +395,9 @@ class CriticWorker(_ModelWorker):
         self.config = config
         torch.manual_seed(config.seed)
         self._hf_ds_config = ds.hf_zero3_config(self._train_ds_config())
-        critic = load_critic(config.model_path, attn_implementation=config.attn_implementation, seed=config.seed)
+        critic = load_critic(
+            local_model_folder(config.model_path), attn_implementation=config.attn_implementation, seed=config.seed
+        )
         self._build_trainable(critic)
         return sum(p.numel() for p in self.engine.module.parameters())
 
@@ -453,7 +462,10 @@ class RewardModelWorker(_ModelWorker):
         ds_config = self._frozen_ds_config()
         self._hf_ds_config = ds.hf_zero3_config(ds_config)
         model = AutoModelForSequenceClassification.from_pretrained(
-            config.model_path, num_labels=1, dtype=torch.float32, attn_implementation=config.attn_implementation
+            local_model_folder(config.model_path),
+            num_labels=1,
+            dtype=torch.float32,
+            attn_implementation=config.attn_implementation,
         )
         self.engine = ds.initialize_frozen(model, ds_config)
         return sum(p.numel() for p in self.engine.module.parameters())

@@ -27,6 +27,7 @@ from reasonrl.distributed.engine_residency import EngineResidency
 from reasonrl.distributed.platform import apply_runtime_env, placed_device
 from reasonrl.distributed.vllm_worker_extension import WeightBroadcastReceiver
 from reasonrl.types import Completion
+from reasonrl.utils.hub import local_model_folder
 from reasonrl.utils.worker_logs import install_worker_log_sink
 
 
@@ -80,7 +81,8 @@ class VLLMEngine:
 
         self.tensor_parallel_size = tensor_parallel_size
         self.on_gpu = placed_device() == "gpu"  # the actor's placement (REASONRL_DEVICE), not the driver's view
-        self.model_path = str(model_path)
+        self.model_source = str(model_path)  # a Hub id (owner/name@<commit>) or a folder: resolved on this node
+        self.model_path = local_model_folder(self.model_source)
         # Sleep mode frees GPU memory between rollouts; vLLM rejects it on CPU (ValueError at start-up).
         self.sleep_supported = self.on_gpu if enable_sleep_mode is None else (enable_sleep_mode and self.on_gpu)
         kwargs = dict(

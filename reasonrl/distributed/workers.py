@@ -74,7 +74,9 @@ class DeepSpeedLMWorker(DistributedWorker):
         import torch
 
         torch.manual_seed(0)
-        model, self._hf_ds_config = ds.load_causal_lm(model_path, ds_config)
+        from reasonrl.utils.hub import local_model_folder
+
+        model, self._hf_ds_config = ds.load_causal_lm(local_model_folder(model_path), ds_config)
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
         self.engine = ds.initialize(model, ds_config, optimizer)
         return sum(p.numel() for p in self.engine.module.parameters())

@@ -67,13 +67,15 @@ class SFTTrainer:
 
     def save_checkpoint(self, step: int) -> Path:
         """Every rank's DeepSpeed states (params, optimizer, LR schedule) + the trainer state, committed atomically."""
+        from reasonrl.config.model_paths import pin_record
         from reasonrl.utils.checkpoint import save_trainer_state
 
         staging = self.checkpoints.begin(step)
         try:
             self.group.call("save_checkpoint", str(staging / "model"), "ds")
             save_trainer_state(staging, self.state(step))
-            (staging / SFT_CONFIG_FILE).write_text(json.dumps(self.cfg.to_dict(), indent=1, default=str))
+            saved = {**pin_record(self.cfg), **self.cfg.to_dict()}  # with what pretrain was given as, if pinned
+            (staging / SFT_CONFIG_FILE).write_text(json.dumps(saved, indent=1, default=str))
         except BaseException:
             self.checkpoints.abort(staging)
             raise
@@ -186,6 +188,19 @@ def check_resume(cfg: SFTConfig, path: Path, num_pairs: int) -> int:
     return int(state["global_step"])
 
 
+def pin_pretrain(cfg: SFTConfig, resume_from: Path | None) -> dict[str, str]:
+    """Pin a Hub-id ``pretrain`` in place to its commit (``reasonrl.config.model_paths``): a resume takes the
+    commit its checkpoint's ``sft_config.json`` recorded when ``pretrain`` is given as that run gave it, a fresh
+    run the commit it resolves to now. Returns ``{"pretrain": pinned id}`` when changed."""
+    from reasonrl.config.model_paths import adopt_saved_pins, pin_model_fields
+    from reasonrl.config.resume import read_saved_config
+
+    pinned = {}
+    if resume_from is not None and (Path(resume_from) / SFT_CONFIG_FILE).is_file():
+        pinned = adopt_saved_pins(cfg, read_saved_config(resume_from, SFT_CONFIG_FILE), ("pretrain",))
+    return pinned | pin_model_fields(cfg, ("pretrain",))
+
+
 def _resolve_device(cfg: SFTConfig, cluster_resources: dict[str, float]) -> str:
     """``gpu`` or ``cpu``: ``auto`` asks the Ray cluster (after ``ray.init``), never the driver's own CUDA
     visibility: a GPU-less head node drives GPU workers."""
@@ -218,8 +233,9 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     import ray
     from transformers import AutoTokenizer
 
-    from reasonrl.config import BasePPOExpConfig
+    from reasonrl.config import BasePPOExpConfig, ConfigError
     from reasonrl.data import get_template
+    from reasonrl.distributed.model_check import ModelsNotOnNodesError, check_models_on_nodes
     from reasonrl.distributed.placement import RoleResources, build_placement
     from reasonrl.distributed.ppo_workers import WorkerConfig
     from reasonrl.distributed.ray_cluster import init_ray
@@ -234,6 +250,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     out_dir = Path(cfg.output_dir).expanduser()
     checkpoints = CheckpointManager(Path(cfg.ckpt_dir) / cfg.exp_name, keep_last=cfg.keep_last_ckpts)
     resume_from = checkpoints.resolve_resume(cfg.resume)  # a bad resume path fails here, before Ray
+    pin_pretrain(cfg, resume_from)  # a Hub id -> owner/name@<commit> (a resume: the checkpoint's commit)
     model_path = BasePPOExpConfig.resolve_model_path(cfg.pretrain)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     template = get_template(cfg.prompt_template, tokenizer=tokenizer)
@@ -253,9 +270,14 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
             device=_resolve_device(cfg, ray.cluster_resources()),
             cpus_per_bundle=cfg.cpus_per_bundle,
         )
+        source = BasePPOExpConfig.model_source(cfg.pretrain)  # each rank resolves a Hub id on its own node
+        try:
+            check_models_on_nodes(plan, {"policy": source})  # every node has it, before any rank starts
+        except ModelsNotOnNodesError as err:
+            raise ConfigError(err.problems, title="models missing on some nodes") from None
         group = WorkerGroup(SFTWorker, plan["policy"], name="sft")
         worker_cfg = WorkerConfig(
-            model_path=model_path,
+            model_path=source,
             zero_stage=cfg.zero_stage,
             bf16=cfg.bf16,
             lr=cfg.lr,

@@ -1,6 +1,7 @@
 """Model fields as local folders (``reasonrl.config.model_paths``): a real Hugging Face Hub cache layout built in
 tmp_path from the tiny model (``models--owner--name/snapshots/<sha>/`` + ``refs/main``), read through
-``huggingface_hub`` with ``HF_HUB_OFFLINE=1``; no network is used."""
+``huggingface_hub`` with ``HF_HUB_OFFLINE=1``; no network is used. Then the pins: Hub ids resolved to commits at the
+start, recorded in the saved config, and kept by a resume after ``main`` moved on."""
 
 from __future__ import annotations
 
@@ -11,14 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from reasonrl.config import BasePPOExpConfig, ConfigError
+from reasonrl.config import BasePPOExpConfig, ConfigError, model_paths
 from reasonrl.config.model_paths import (
+    PINNED_FROM,
+    adopt_saved_pins,
     hub_cache_dir,
     model_max_positions,
     model_problems,
+    model_source,
+    pinned_model,
     resolve_model_path,
     split_hub_id,
 )
+from reasonrl.config.resume import resume_changes
 from reasonrl.sft import SFTConfig
 
 REPO = "tiny-org/tiny-qwen"
@@ -154,3 +160,111 @@ def test_online_download_failure_is_a_config_error_with_the_advice(offline_hub, 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     with pytest.raises(ConfigError, match=r"reasonrl-tests/no-such-model.*hf download reasonrl-tests/no-such-model"):
         resolve_model_path("reasonrl-tests/no-such-model")
+
+
+# ------------------------------------------------------------------------------------------ pinning and resume
+NEW_SHA = "aaaabbbbccccddddeeeeffff0000111122223333"
+
+
+def move_main(snapshot: Path, sha: str) -> Path:
+    """The Hub moved ``main`` on: a new commit ``sha`` in the cache of ``snapshot`` and refs/main pointing at it."""
+    shutil.copytree(snapshot, snapshot.parent / sha)
+    (snapshot.parents[1] / "refs" / "main").write_text(sha)
+    return snapshot.parent / sha
+
+
+def test_hub_ids_are_pinned_to_the_commit_they_resolve_to(offline_hub, tiny_model_dir, no_network, tmp_path):
+    assert pinned_model(REPO) == f"{REPO}@{SHA}"
+    assert pinned_model(f"{REPO}@main") == f"{REPO}@{SHA}"
+    assert pinned_model(f"{REPO}@v0") == f"{REPO}@{OLD_SHA}"  # a tag moves too
+    assert pinned_model(f"{REPO}@{OLD_SHA}") == f"{REPO}@{OLD_SHA}"  # a commit is kept
+    assert pinned_model("tiny") == "tiny" and pinned_model(None) is None
+    assert pinned_model(str(tiny_model_dir)) == str(tiny_model_dir)
+    # what the actors get: the pinned id (resolved on each node), or an absolute local folder
+    assert model_source(REPO) == f"{REPO}@{SHA}"
+    assert BasePPOExpConfig.model_source(f"{REPO}@v0") == f"{REPO}@{OLD_SHA}"
+    (tmp_path / "work").mkdir()
+    shutil.copytree(tiny_model_dir, tmp_path / "work" / "models" / "m")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path / "work")
+        assert model_source("./models/m") == str(tmp_path / "work" / "models" / "m")
+
+
+def test_a_run_pins_its_model_fields_and_its_saved_config_records_them(offline_hub, no_network, tmp_path):
+    cfg = BasePPOExpConfig(pretrain=REPO, critic_pretrain=f"{REPO}@v0", device="cpu")
+    assert cfg.pin_models() == {"pretrain": f"{REPO}@{SHA}", "critic_pretrain": f"{REPO}@{OLD_SHA}"}
+    assert (cfg.pretrain, cfg.critic_pretrain, cfg.reward_pretrain) == (f"{REPO}@{SHA}", f"{REPO}@{OLD_SHA}", None)
+    assert cfg.pin_models() == {}  # pinned once
+    assert cfg.worker_config("policy", num_rollout_steps=1).model_path == f"{REPO}@{SHA}"  # not the driver's folder
+    assert cfg.worker_config("critic", num_rollout_steps=1).model_path == f"{REPO}@{OLD_SHA}"
+    saved = json.loads(cfg.save_json(tmp_path / "config.json").read_text())
+    assert saved["pretrain"] == f"{REPO}@{SHA}"
+    assert saved[PINNED_FROM] == {"pretrain": REPO, "critic_pretrain": f"{REPO}@v0"}
+    assert BasePPOExpConfig.from_json(tmp_path / "config.json").pretrain == f"{REPO}@{SHA}"
+
+
+def checkpoint(root: Path, cfg) -> Path:
+    """A complete checkpoint ``step_1`` of ``cfg`` (its config.json and a trainer state) under ``root``."""
+    from reasonrl.utils.checkpoint import CheckpointManager
+
+    manager = CheckpointManager(root / cfg.exp_name, keep_last=2)
+    with manager.staging(1) as staging:
+        (staging / "trainer_state.json").write_text('{"global_step": 1}')
+        cfg.save_json(staging / "config.json")
+    return manager.path_for(1)
+
+
+def test_resume_loads_the_commit_its_checkpoint_pinned_not_todays_main(offline_hub, no_network, tmp_path):
+    """Issue 23 item 4: ``pretrain=owner/name`` is pinned at the start; after ``main`` moved on, resuming with the
+    same ``pretrain=owner/name`` loads the checkpoint's commit, and a fresh run the new ``main``."""
+    from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
+    from reasonrl.exp import BasePPOExp
+
+    def config(**kw):
+        return TinyGRPOCPUConfig(pretrain=REPO, ckpt_dir=str(tmp_path / "ckpt"), log_dir=str(tmp_path / "l"), **kw)
+
+    first = config()
+    first.pin_models()
+    checkpoint(tmp_path / "ckpt", first)
+    newer = move_main(offline_hub, NEW_SHA)
+    resumed = BasePPOExp(config(resume="auto"))
+    assert resumed.resume_checkpoint() is not None  # the comparison passed: owner/name matches its pin
+    assert resumed.cfg.pretrain == f"{REPO}@{SHA}" and resumed.cfg.pin_models() == {}
+    assert resumed.cfg.worker_config("ref").model_path == f"{REPO}@{SHA}"
+    assert resolve_model_path(resumed.cfg.pretrain) == str(offline_hub)
+    fresh = config(resume="none")
+    model_paths._DOWNLOADED.clear()  # a new process: main resolves afresh
+    assert fresh.pin_models() == {"pretrain": f"{REPO}@{NEW_SHA}"} and resolve_model_path(fresh.pretrain) == str(newer)
+
+
+def test_resume_with_another_revision_is_refused_and_an_old_checkpoint_adopts_its_pin(offline_hub, no_network):
+    cfg = BasePPOExpConfig(pretrain=REPO, device="cpu")
+    saved = {"pretrain": f"{REPO}@{SHA}", PINNED_FROM: {"pretrain": REPO}}
+    other = BasePPOExpConfig(pretrain=f"{REPO}@v0", device="cpu")
+    assert adopt_saved_pins(other, saved) == {} and other.pretrain == f"{REPO}@v0"  # not what that run was given
+    (change,) = resume_changes(saved | {"device": "cpu"}, other)  # so the comparison refuses it
+    assert change.describe() == f"pretrain: checkpoint '{REPO}@{SHA}', this run '{REPO}@v0'"
+    assert adopt_saved_pins(cfg, saved) == {"pretrain": f"{REPO}@{SHA}"}
+    old = BasePPOExpConfig(pretrain=REPO, device="cpu")  # a config saved before records existed: owner/name only
+    assert adopt_saved_pins(old, {"pretrain": f"{REPO}@{SHA}"}) == {"pretrain": f"{REPO}@{SHA}"}
+    elsewhere = BasePPOExpConfig(pretrain="other-org/model", device="cpu")
+    assert adopt_saved_pins(elsewhere, {"pretrain": f"{REPO}@{SHA}"}) == {}  # another model: never adopted
+
+
+def test_sft_pins_pretrain_and_resumes_at_the_checkpoint_commit(offline_hub, no_network, tmp_path):
+    from reasonrl.sft.trainer import SFT_CONFIG_FILE, pin_pretrain
+
+    assert pin_pretrain(fresh := SFTConfig(pretrain=REPO), None) == {"pretrain": f"{REPO}@{SHA}"}
+    assert fresh.pretrain == f"{REPO}@{SHA}"
+    ckpt = tmp_path / "step_1"
+    ckpt.mkdir()
+    (ckpt / SFT_CONFIG_FILE).write_text(json.dumps({"pretrain": f"{REPO}@{OLD_SHA}", PINNED_FROM: {"pretrain": REPO}}))
+    resumed = SFTConfig(pretrain=REPO)
+    assert pin_pretrain(resumed, ckpt) == {"pretrain": f"{REPO}@{OLD_SHA}"} and resumed.pretrain.endswith(OLD_SHA)
+
+
+def test_the_memory_model_knows_a_pinned_qwen():
+    from reasonrl.distributed.memory_model import QWEN25, setup_from_config
+
+    cfg = BasePPOExpConfig(pretrain=f"Qwen/Qwen2.5-7B@{SHA}", device="cpu")
+    assert setup_from_config(cfg).model == QWEN25["Qwen/Qwen2.5-7B"]
