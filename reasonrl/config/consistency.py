@@ -94,10 +94,10 @@ def _check_algorithm(cfg: BasePPOExpConfig) -> list[str]:
         )
     if cfg.async_staleness > 1:
         problems.append(
-            f"async_staleness={cfg.async_staleness}: each vLLM engine is one Ray actor that runs one call at a time, so "
-            "it cannot receive new weights while it generates, and every sync waits for the rollouts already queued "
-            "on it; more than one step ahead adds staleness without adding overlap (docs/distributed.md, measured). "
-            "Use async_staleness=1"
+            f"async_staleness={cfg.async_staleness}: each vLLM engine is one Ray actor that runs one call at a time, "
+            "so it cannot receive new weights while it generates, and every sync waits for the rollouts already "
+            "queued on it; more than one step ahead adds staleness without adding overlap (docs/distributed.md, "
+            "measured). Use async_staleness=1"
         )
     if cfg.async_staleness > 0 and cfg.colocate_all:
         problems.append(
