@@ -193,7 +193,16 @@ def kill_actor(tag: str, actor: str) -> int:
 
 
 # timings, and the engine-vs-trainer probe difference (float noise of two implementations, not training state)
-TIMING = ("time/", "perf/", "sync/gather_s", "sync/load_s", "sync/verify_s", "sync/total_s", "sync/probe")
+TIMING = (
+    "time/",
+    "perf/",
+    "sync/gather_s",
+    "sync/load_s",
+    "sync/check_s",
+    "sync/verify_s",
+    "sync/total_s",
+    "sync/probe",
+)
 
 
 def deterministic_rows(run_dir: Path) -> dict[int, dict]:

@@ -17,7 +17,16 @@ from reasonrl.utils.scalars import known_scalar
 
 pytestmark = pytest.mark.integration
 REWARD_FN = f"{Path(__file__).parent / 'fixtures' / 'toy_rewards.py'}:digit_fraction"
-TIMING_PREFIXES = ("time/", "perf/", "sync/gather_s", "sync/load_s", "sync/verify_s", "sync/total_s", "sync/probe")
+TIMING_PREFIXES = (
+    "time/",
+    "perf/",
+    "sync/gather_s",
+    "sync/load_s",
+    "sync/check_s",
+    "sync/verify_s",
+    "sync/total_s",
+    "sync/probe",
+)
 
 
 def read_rows(run_dir: Path) -> dict[int, dict]:
