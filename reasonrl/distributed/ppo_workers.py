@@ -25,9 +25,10 @@ from loguru import logger
 
 from reasonrl.distributed import deepspeed_engine as ds
 from reasonrl.distributed import hf_export
+from reasonrl.distributed.attention_choice import resolve_here
 from reasonrl.distributed.ds_config import build_ds_config
 from reasonrl.distributed.optim_setup import make_lr_scheduler
-from reasonrl.distributed.platform import dist_backend, placed_device
+from reasonrl.distributed.platform import dist_backend
 from reasonrl.distributed.workers import DistributedWorker
 from reasonrl.experience import Experience, RaggedShard, Sample, flatten_padded
 
@@ -122,38 +123,23 @@ class _ModelWorker(DistributedWorker):
 
     config: WorkerConfig
     attn_implementation: str | None = None  # resolved by _configure, on this worker
-    _flash_error: str | None = None  # why flash_attn does not import here (None: it does)
     packing: bool = False  # whether this worker's micro-batches are packed (decided by _configure)
 
     def _configure(self, config: WorkerConfig) -> None:
-        """Keep ``config`` and decide HERE what the driver cannot know: ``attn_implementation=auto`` from this
-        worker's placement device, dtype and whether ``flash_attn`` imports on this node; then packing, from the
-        resolved backend. An explicit ``flash_attention_2`` that cannot run here fails here, naming the node."""
-        from reasonrl.models import decide_packing, flash_attn_import_error, resolve_attn_implementation
-
+        """Keep ``config`` and decide HERE what the driver cannot know (``attention_choice.resolve_here``):
+        ``attn_implementation=auto`` from this worker's placement, dtype and whether ``flash_attn`` imports on this
+        node, then packing from the resolved backend. An explicit ``flash_attention_2`` that cannot run here
+        fails here, naming the node."""
         self.config = config
-        self._flash_error = flash_attn_import_error()
-        self.attn_implementation = resolve_attn_implementation(
-            config.attn_implementation,
-            placed_device(),
-            config.bf16,
-            self._flash_error is None,
-            where=f"node {_node_address()} ({type(self).__name__} rank {self.rank})",
-            flash_error=self._flash_error,
+        self._attention = resolve_here(
+            config.attn_implementation, config.bf16, config.packing, f"{type(self).__name__} rank {self.rank}"
         )
-        self.packing = decide_packing(config.packing, self.attn_implementation)
+        self.attn_implementation, self.packing = self._attention["attn_implementation"], self._attention["packing"]
 
     def attention(self) -> dict[str, Any]:
         """What this worker runs: the backend it resolved, whether it packs, its device and node (the driver logs
         it: ``reasonrl.models.attention_summary``)."""
-        return {
-            "requested": self.config.attn_implementation,
-            "attn_implementation": self.attn_implementation,
-            "packing": self.packing,
-            "device": placed_device(),
-            "node": _node_address(),
-            "flash_attn_error": getattr(self, "_flash_error", None),
-        }
+        return self._attention | {"packing": self.packing}
 
     def _micro_batches(
         self, samples: Sequence[Sample], padded: bool | None = None
@@ -475,6 +461,10 @@ class CriticWorker(_ModelWorker):
 class RewardModelWorker(_ModelWorker):
     """Optional learned reward: a sequence-classification model scoring (prompt + response)."""
 
+    def _configure(self, config: WorkerConfig) -> None:
+        super()._configure(config)
+        self.packing = False  # score() always pads: the last token is located from the padded layout
+
     def setup(self, config: WorkerConfig) -> int:
         from transformers import AutoModelForSequenceClassification
 
@@ -517,17 +507,6 @@ class RewardModelWorker(_ModelWorker):
 
 
 # -------------------------------------------------------------------------------------------------- helpers
-def _node_address() -> str:
-    """This node's IP as Ray knows it (host name outside Ray)."""
-    import ray
-
-    if ray.is_initialized():
-        return ray.util.get_node_ip_address()
-    import socket
-
-    return socket.gethostname()
-
-
 def _forward_logprobs(worker, model, samples, temperature, with_entropy):
     from reasonrl.models import response_logprobs
 

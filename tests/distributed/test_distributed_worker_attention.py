@@ -7,7 +7,7 @@ import pytest
 
 import reasonrl.models
 from reasonrl.distributed.platform import DEVICE_ENV_VAR
-from reasonrl.distributed.ppo_workers import CriticWorker, PolicyWorker, WorkerConfig
+from reasonrl.distributed.ppo_workers import CriticWorker, PolicyWorker, RewardModelWorker, WorkerConfig
 from reasonrl.models import PackedBatch, PaddedBatch
 
 SAMPLES = [([1, 2, 3], [4, 5]), ([6], [7])]
@@ -53,3 +53,9 @@ def test_explicit_flash_attention_fails_on_the_worker_without_flash_attn(monkeyp
                        r"does not import on node \S+ \(PolicyWorker rank 1\) \(no CUDA build\)"):  # fmt: skip
         configured(PolicyWorker, monkeypatch, device="gpu", flash_error="no CUDA build", bf16=True,
                    attn_implementation="flash_attention_2")  # fmt: skip
+
+
+def test_the_reward_model_reports_padded_rows_even_on_flash_attention(monkeypatch):
+    w = configured(RewardModelWorker, monkeypatch, device="gpu", flash_error=None, bf16=True,
+                   attn_implementation="auto", packing="auto")  # fmt: skip
+    assert w.attention()["attn_implementation"] == "flash_attention_2" and w.attention()["packing"] is False
