@@ -274,7 +274,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
             seed=cfg.seed,
         )
         group.call("setup", worker_cfg, cfg.torch_threads)
-        logger.info(attention_summary("sft", group.call("attention")))  # what the workers resolved for themselves
+        attention = attention_summary("sft", group.call("attention"))  # what the workers resolved for themselves
         tracker = Tracker(
             cfg.log_dir,
             cfg.exp_name,
@@ -287,6 +287,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
             run_config=cfg.to_dict(),
         )
         with tracker:
+            logger.info(attention)  # inside: the run's train.log has it
             tracker.log_table_at_start(json.dumps(cfg.to_dict(), indent=1, default=str))
             trainer = SFTTrainer(cfg, group, tokenizer, train, evals, tracker, checkpoints)
             if resume_from:
