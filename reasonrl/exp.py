@@ -305,12 +305,8 @@ class BasePPOExp:
                 groups[role] = WorkerGroup(cls, plan[role], name=role)
                 stack.callback(_logged, groups[role].kill)
                 pad = reward_pad_id if role == "reward" and reward_pad_id is not None else pad_token_id
-                worker_cfg = cfg.worker_config(
-                    role,
-                    num_rollout_steps=num_steps,
-                    pad_token_id=pad,
-                    attn_implementation=cfg.resolved_attn_implementation(plan.device),  # the workers' device
-                )
+                # attn_implementation travels unresolved: each worker resolves "auto" where it runs
+                worker_cfg = cfg.worker_config(role, num_rollout_steps=num_steps, pad_token_id=pad)
                 setups.append((groups[role], worker_cfg))
         engines = start_vllm_engines(cfg, plan["vllm"], stack)
         ready = [e.ready.remote() for e in engines]
@@ -325,6 +321,7 @@ class BasePPOExp:
         ray.get(ready + [ref for group, wcfg in setups for ref in group.call_async("setup", wcfg)])
         if cfg.colocate_all and not engines_first:
             ray.get([e.sleep.remote(SLEEP_LEVEL) for e in engines])  # the phase machine starts with engines asleep
+        _log_attention(groups)
         return Roles(
             policy=groups["policy"],
             engines=engines,
@@ -368,6 +365,17 @@ def run_recipe(
     except KeyboardInterrupt:  # a second signal: stopped where it was, cleanups done
         print("reasonrl: stopped at once by a second signal; no checkpoint written on the way out", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+def _log_attention(groups: dict[str, Any]) -> None:
+    """One line per role: the attention backend and layout its workers resolved for themselves."""
+    import ray
+
+    from reasonrl.models import attention_summary
+
+    reports = {role: group.call_async("attention") for role, group in groups.items()}
+    for role, refs in reports.items():
+        logger.info(attention_summary(role, ray.get(refs)))
 
 
 def start_vllm_engines(cfg: BasePPOExpConfig, placement, stack: contextlib.ExitStack) -> list:

@@ -661,7 +661,9 @@ def test_worker_and_loss_configs(tmp_path):
     assert policy.model_path == str(policy_dir) and policy.lr == cfg.actor_lr and policy.pad_token_id == 3
     # warmup counts each model's own optimizer steps (ORZ/OpenRLHF/verl), not rollouts
     assert (policy.warmup_steps, policy.total_steps, policy.lr_schedule) == (5, 40, "cosine")
-    assert policy.offload_optimizer and not policy.offload_params and policy.attn_implementation == "sdpa"
+    assert policy.offload_optimizer and not policy.offload_params
+    # the user's choice travels unresolved: each worker resolves "auto" for its own placement (issue 22 item 6)
+    assert policy.attn_implementation == cfg.attn_implementation == "auto"
     critic = cfg.worker_config("critic", num_rollout_steps=10)
     assert critic.model_path == str(critic_dir) and critic.lr == cfg.critic_lr and critic.total_steps == 80
     assert critic.warmup_steps == 5
@@ -671,12 +673,11 @@ def test_worker_and_loss_configs(tmp_path):
         cfg.worker_config("policy")
     with pytest.raises(ValueError, match="unknown role"):
         cfg.worker_config("vllm")
-    # packing only where it saves compute: flash-attention's varlen kernels, never sdpa's dense block mask
-    assert cfg.packing_samples and not policy.packing
-    flash = cfg.worker_config("policy", num_rollout_steps=10, attn_implementation="flash_attention_2")
-    assert flash.packing
+    # packing only where it saves compute (flash-attention's varlen kernels), decided by each worker for the backend
+    # it resolved: the driver passes the mode, not the decision
+    assert cfg.packing_samples and policy.packing == ref.packing == critic.packing == "auto"
     no_pack = dataclasses.replace(cfg, packing_samples=False)
-    assert not no_pack.worker_config("policy", num_rollout_steps=10, attn_implementation="flash_attention_2").packing
+    assert no_pack.worker_config("policy", num_rollout_steps=10).packing == "off"
     # one policy step per rollout: the update reuses its own log-probs, unless the reward needs the old ones
     assert not cfg.reuses_current_logprobs  # train_batch_size=512: several policy steps per rollout
     assert good().reuses_current_logprobs and good().policy_loss_config().reuse_current_logprobs

@@ -212,7 +212,9 @@ def test_start_roles_orders_engines_before_deepspeed_under_colocate_all(monkeypa
 
     monkeypatch.setattr(worker_group, "WorkerGroup", Group)
     monkeypatch.setattr(vllm_engine, "create_vllm_engines", lambda *a, **k: events.append(("engines",)) or [Engine()])
-    monkeypatch.setattr(ray, "get", lambda refs: events.append(("get", *refs)))
+    report = dict(requested="auto", attn_implementation="sdpa", packing=False, device=device, flash_attn_error=None)
+    # each worker's report of the backend it resolved, logged once every role is set up
+    monkeypatch.setattr(ray, "get", lambda refs: events.append(("get", *refs)) or [report] * len(refs))
     exp = BasePPOExp.__new__(BasePPOExp)
     exp.cfg = TinyGRPOCPUConfig(colocate_all=colocate_all)
     with contextlib.ExitStack() as stack:
@@ -221,6 +223,7 @@ def test_start_roles_orders_engines_before_deepspeed_under_colocate_all(monkeypa
         exp._start_roles(stack, plan, num_steps=1, pad_token_id=0)
         stack.pop_all()
     together = [("engines",), ("ready",), ("policy.setup",), ("get", "ready", "policy.setup")]
+    reported = [("policy.attention",), ("get", "policy.attention")]
     if colocate_all and device == "gpu":
         assert events == [
             ("engines",),
@@ -230,8 +233,9 @@ def test_start_roles_orders_engines_before_deepspeed_under_colocate_all(monkeypa
             ("get", "sleep"),
             ("policy.setup",),
             ("get", "policy.setup"),
+            *reported,
         ]
     elif colocate_all:
-        assert events == together + [("sleep", SLEEP_LEVEL), ("get", "sleep")]
+        assert events == together + [("sleep", SLEEP_LEVEL), ("get", "sleep")] + reported
     else:
-        assert events == together
+        assert events == together + reported

@@ -55,7 +55,6 @@ KNOWN_CONFIG_REACH_UP = {
     "reasonrl.distributed.ppo_workers.PolicyLossConfig",  # mapping.py: worker / loss configs
     "reasonrl.distributed.ppo_workers.ValueLossConfig",
     "reasonrl.distributed.ppo_workers.WorkerConfig",
-    "reasonrl.models.packing_pays",  # mapping.py: packing choice
     "reasonrl.rewards.shaping.RewardConfig",  # mapping.py: reward config
 }
 # Modules below config/ that config/ may build on: standard library and third-party only, no other reasonrl module

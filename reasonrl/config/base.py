@@ -87,7 +87,8 @@ class BasePPOExpConfig(DerivedValues):
     gradient_checkpointing: bool = _res(True, "activation checkpointing in the policy and critic")
     attn_implementation: str = _res(
         "auto",
-        "'auto' (flash_attention_2 on GPU with bf16 when installed, else sdpa), 'flash_attention_2', 'sdpa', 'eager'",
+        "'auto' (resolved on each worker: flash_attention_2 on a GPU in bf16 where flash_attn imports, else sdpa), "
+        "'flash_attention_2', 'sdpa', 'eager'",
     )
     ref_offload_params: bool = _res(False, "ZeRO-3 parameter offload to CPU for the frozen models (ref, reward)")
     optimizer_offload: bool = _res(False, "ZeRO-Offload of optimizer states to CPU (policy, critic)")
@@ -100,8 +101,8 @@ class BasePPOExpConfig(DerivedValues):
     packing_samples: bool = _res(
         True,
         "padding-free micro-batches (sequences packed into one row) where that saves compute: flash-attention's "
-        "varlen kernels (reasonrl.models.packing_pays); padded otherwise (sdpa/eager would need a dense block mask "
-        "and ran the update 1.6x slower packed on CPU)",
+        "varlen kernels (reasonrl.models.packing_pays), decided by each worker for the backend it resolved; padded "
+        "otherwise (sdpa/eager would need a dense block mask and ran the update 1.6x slower packed on CPU)",
     )
     cpus_per_bundle: float = _res(1.0, "logical CPUs per placement bundle (one bundle per device)")
 

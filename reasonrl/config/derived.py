@@ -109,13 +109,3 @@ class DerivedValues:
         if cluster_resources is not None:
             return "gpu" if cluster_resources.get("GPU", 0) > 0 else "cpu"
         return "gpu" if _gpu_count() > 0 else "cpu"
-
-    def resolved_attn_implementation(self, device: str | None = None) -> str:
-        """``auto`` -> ``flash_attention_2`` on GPU with bf16 when the ``flash_attn`` package is installed, else
-        ``sdpa`` (flash-attn 2 rejects fp32 inputs, so fp32 training never gets it)."""
-        if self.attn_implementation != "auto":
-            return self.attn_implementation
-        import importlib.util
-
-        on_gpu = (device or self.resolved_device()) == "gpu"
-        return "flash_attention_2" if on_gpu and self.bf16 and importlib.util.find_spec("flash_attn") else "sdpa"

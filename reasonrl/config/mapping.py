@@ -69,12 +69,10 @@ def worker_config(cfg: BasePPOExpConfig, role: str, *, num_rollout_steps: int | 
 
     if role not in ("policy", "ref", "critic", "reward"):
         raise ValueError(f"unknown role {role!r}; roles are policy, ref, critic, reward")
-    from reasonrl.models import packing_pays
-
     common: dict[str, Any] = dict(
         zero_stage=cfg.zero_stage,
         bf16=cfg.bf16,
-        attn_implementation=cfg.resolved_attn_implementation(),
+        attn_implementation=cfg.attn_implementation,  # unresolved: each worker resolves "auto" for its placement
         max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch,
         seed=cfg.seed,
     )
@@ -103,8 +101,8 @@ def worker_config(cfg: BasePPOExpConfig, role: str, *, num_rollout_steps: int | 
         if rollout_steps is not None:
             kwargs["total_steps"] = max(rollout_steps * per_rollout, 1)
     kwargs.update(extra)
-    # packed only where it saves compute, decided for the backend the workers really use (``extra`` may set it)
-    kwargs.setdefault("packing", cfg.packing_samples and packing_pays(kwargs["attn_implementation"]))
+    # packed only where it saves compute (flash-attention), decided by each worker for the backend it resolved
+    kwargs.setdefault("packing", "auto" if cfg.packing_samples else "off")
     return WorkerConfig(**kwargs)
 
 

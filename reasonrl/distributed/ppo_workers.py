@@ -25,6 +25,7 @@ from loguru import logger
 
 from reasonrl.distributed import deepspeed_engine as ds
 from reasonrl.distributed import hf_export
+from reasonrl.distributed.attention_choice import resolve_here
 from reasonrl.distributed.ds_config import build_ds_config
 from reasonrl.distributed.optim_setup import make_lr_scheduler
 from reasonrl.distributed.platform import dist_backend
@@ -49,11 +50,14 @@ class WorkerConfig:
     lr_schedule: str = "constant"
     grad_clip: float = 1.0
     gradient_checkpointing: bool = False
+    # the user's choice, unresolved: each worker resolves "auto" for its own placement (_ModelWorker._configure)
     attn_implementation: str = "sdpa"
     offload_params: bool = False
     offload_optimizer: bool = False
     max_tokens_per_micro_batch: int = 8192
-    packing: bool = False  # padding-free micro-batches where the attention backend supports them
+    # padding-free micro-batches, decided by each worker for the backend it resolved (reasonrl.models.decide_packing):
+    # "off", "auto" (only where it pays: flash-attention), "on" (wherever the backend keeps sequences apart)
+    packing: str = "off"
     pad_token_id: int = 0
     seed: int = 0
 
@@ -121,29 +125,44 @@ class _ModelWorker(DistributedWorker):
     """Shared plumbing: load under the configured ZeRO stage, forward over equalised micro-batches."""
 
     config: WorkerConfig
+    attn_implementation: str | None = None  # resolved by _configure, on this worker
+    packing: bool = False  # whether this worker's micro-batches are packed (decided by _configure)
+
+    def _configure(self, config: WorkerConfig) -> None:
+        """Keep ``config`` and decide HERE what the driver cannot know (``attention_choice.resolve_here``):
+        ``attn_implementation=auto`` from this worker's placement, dtype and whether ``flash_attn`` imports on this
+        node, then packing from the resolved backend. An explicit ``flash_attention_2`` that cannot run here
+        fails here, naming the node."""
+        self.config = config
+        self._attention = resolve_here(
+            config.attn_implementation, config.bf16, config.packing, f"{type(self).__name__} rank {self.rank}"
+        )
+        self.attn_implementation, self.packing = self._attention["attn_implementation"], self._attention["packing"]
+
+    def attention(self) -> dict[str, Any]:
+        """What this worker runs: the backend it resolved, whether it packs, its device and node (the driver logs
+        it: ``reasonrl.models.attention_summary``)."""
+        return self._attention | {"packing": self.packing}
 
     def _micro_batches(
         self, samples: Sequence[Sample], padded: bool | None = None
     ) -> list[tuple[list[int], list[Sample]]]:
         """``(indices, samples)`` per micro-batch, planned for the layout :meth:`_batch` builds (``padded=True``:
         for a caller that always pads, the reward model)."""
-        padded = not self._packs() if padded is None else padded
+        padded = not self.packing if padded is None else padded
         out = []
         for idx in equalised_micro_batches(samples, self.config.max_tokens_per_micro_batch, self.device, padded=padded):
             out.append((idx, [samples[i] for i in idx] if idx else [DUMMY_SAMPLE]))
         return out
 
-    def _packs(self) -> bool:
-        from reasonrl.models import supports_packing
-
-        return self.config.packing and supports_packing(self.config.attn_implementation)
-
     def _batch(self, samples: Sequence[Sample]):
-        """The micro-batch layout: packed (one row, no padding) when configured and supported, else padded."""
+        """The micro-batch layout: packed (one row, no padding; with ``cu_seqlens`` for the forward on
+        flash-attention) when this worker packs, else padded."""
         from reasonrl.models import pack_batch, pad_batch
+        from reasonrl.models.attention import is_flash
 
-        if self._packs():
-            return pack_batch(samples).to(self.device)
+        if self.packing:
+            return pack_batch(samples, flash_varlen=is_flash(self.attn_implementation)).to(self.device)
         return pad_batch(samples, self.config.pad_token_id).to(self.device)
 
     @property
@@ -227,12 +246,12 @@ class PolicyWorker(_ModelWorker):
     """The actor model: log-probs for the rollout, the PPO update, and weights for the vLLM engines."""
 
     def setup(self, config: WorkerConfig) -> int:
-        self.config = config
+        self._configure(config)
         torch.manual_seed(config.seed)
         model, self._hf_ds_config = ds.load_causal_lm(
             local_model_folder(config.model_path),
             self._train_ds_config(),
-            attn_implementation=config.attn_implementation,
+            attn_implementation=self.attn_implementation,
         )
         self._build_trainable(model)
         return sum(p.numel() for p in self.engine.module.parameters())
@@ -367,11 +386,11 @@ class ReferenceWorker(_ModelWorker):
     """A frozen copy of the initial policy: reference log-probs for the KL term."""
 
     def setup(self, config: WorkerConfig) -> int:
-        self.config = config
+        self._configure(config)
         model, self._hf_ds_config = ds.load_causal_lm(
             local_model_folder(config.model_path),
             self._frozen_ds_config(),
-            attn_implementation=config.attn_implementation,
+            attn_implementation=self.attn_implementation,
         )
         self.engine = ds.initialize_frozen(model, self._frozen_ds_config())
         return sum(p.numel() for p in self.engine.module.parameters())
@@ -392,11 +411,11 @@ class CriticWorker(_ModelWorker):
     def setup(self, config: WorkerConfig) -> int:
         from reasonrl.models import load_critic
 
-        self.config = config
+        self._configure(config)
         torch.manual_seed(config.seed)
         self._hf_ds_config = ds.hf_zero3_config(self._train_ds_config())
         critic = load_critic(
-            local_model_folder(config.model_path), attn_implementation=config.attn_implementation, seed=config.seed
+            local_model_folder(config.model_path), attn_implementation=self.attn_implementation, seed=config.seed
         )
         self._build_trainable(critic)
         return sum(p.numel() for p in self.engine.module.parameters())
@@ -455,17 +474,21 @@ class CriticWorker(_ModelWorker):
 class RewardModelWorker(_ModelWorker):
     """Optional learned reward: a sequence-classification model scoring (prompt + response)."""
 
+    def _configure(self, config: WorkerConfig) -> None:
+        super()._configure(config)
+        self.packing = False  # score() always pads: the last token is located from the padded layout
+
     def setup(self, config: WorkerConfig) -> int:
         from transformers import AutoModelForSequenceClassification
 
-        self.config = config
+        self._configure(config)
         ds_config = self._frozen_ds_config()
         self._hf_ds_config = ds.hf_zero3_config(ds_config)
         model = AutoModelForSequenceClassification.from_pretrained(
             local_model_folder(config.model_path),
             num_labels=1,
             dtype=torch.float32,
-            attn_implementation=config.attn_implementation,
+            attn_implementation=self.attn_implementation,
         )
         self.engine = ds.initialize_frozen(model, ds_config)
         return sum(p.numel() for p in self.engine.module.parameters())

@@ -82,6 +82,8 @@ class PackedBatch:
     action_mask: torch.Tensor  # [batch, T] bool, True = real response token
     prompt_lens: list[int]  # [batch]
     response_lens: list[int]  # [batch]
+    # pass cu_seqlens to the forward (flash-attention backends only: see ``forward_kwargs``)
+    flash_varlen: bool = False
 
     attention_mask = None  # always None: an explicit mask would disable the packed-sequence detection
 
@@ -93,6 +95,27 @@ class PackedBatch:
     @property
     def seq_lens(self) -> list[int]:
         return [p + r for p, r in zip(self.prompt_lens, self.response_lens, strict=True)]
+
+    def varlen_kwargs(self) -> dict[str, torch.Tensor | int]:
+        """transformers' ``FlashAttentionKwargs`` of this row: ``cu_seq_lens_q/k`` (``cu_seqlens``, int32, on the
+        batch's device) and ``max_length_q/k`` (the longest sequence, a Python int from the lengths on the host).
+
+        Given to the forward, every flash-attention layer calls the varlen kernel with them directly
+        (``_flash_attention_forward``: ``is_fa_with_varlen_kwargs``) instead of detecting the packing and rebuilding
+        them from ``position_ids`` (``_is_packed_sequence``, ``prepare_fa_kwargs_from_position_ids``: a nonzero and
+        device-to-host syncs in every layer). The same values: tested against that helper."""
+        longest = max(self.seq_lens)
+        return {
+            "cu_seq_lens_q": self.cu_seqlens,
+            "cu_seq_lens_k": self.cu_seqlens,
+            "max_length_q": longest,
+            "max_length_k": longest,
+        }
+
+    def forward_kwargs(self) -> dict[str, torch.Tensor | int]:
+        """Extra keyword arguments of the model forward: :meth:`varlen_kwargs` when ``flash_varlen``, else none
+        (sdpa/eager keep detecting the packing from ``position_ids`` in the mask, once per forward)."""
+        return self.varlen_kwargs() if self.flash_varlen else {}
 
     def response_slice(self, per_position: torch.Tensor) -> torch.Tensor:
         """Entries of a per-position output ``[1, total, ...]`` at the columns predicting response tokens ->
@@ -156,8 +179,9 @@ def pad_batch(samples: Sequence[Sample], pad_token_id: int) -> PaddedBatch:
     )
 
 
-def pack_batch(samples: Sequence[Sample]) -> PackedBatch:
-    """Packed layout (module docstring): one row ``[1, total]``, positions restarting at 0 per sequence."""
+def pack_batch(samples: Sequence[Sample], *, flash_varlen: bool = False) -> PackedBatch:
+    """Packed layout (module docstring): one row ``[1, total]``, positions restarting at 0 per sequence.
+    ``flash_varlen``: the model runs flash-attention, give it ``cu_seqlens`` (:meth:`PackedBatch.forward_kwargs`)."""
     prompts, responses = _check_samples(samples)
     ids, positions, response_positions, offsets = [], [], [], [0]
     for prompt, response in zip(prompts, responses, strict=True):
@@ -176,6 +200,7 @@ def pack_batch(samples: Sequence[Sample]) -> PackedBatch:
         action_mask=action_mask_from_lens([len(r) for r in responses]),  # [batch, T]
         prompt_lens=[len(p) for p in prompts],
         response_lens=[len(r) for r in responses],
+        flash_varlen=flash_varlen,
     )
 
 
@@ -205,8 +230,9 @@ def supports_packing(attn_implementation: str | None) -> bool:
 
     The packed forward passes ``attention_mask=None`` and ``use_cache=False`` with the resetting position_ids:
 
-    * ``flash_attention_2`` / ``flash_attention_3`` (and hub kernels named ``*flash*``): transformers derives
-      ``cu_seqlens`` from the position-id resets and calls the varlen kernel: exact and efficient. Always True.
+    * ``flash_attention_2`` / ``flash_attention_3`` (and hub kernels named ``*flash*``): the varlen kernel with
+      ``cu_seqlens``, given by the batch (:meth:`PackedBatch.forward_kwargs`), else derived by transformers from the
+      position-id resets in every layer: exact and efficient. Always True.
     * ``sdpa``, ``eager``, ``flex_attention``: only models whose mask comes from ``transformers.masking_utils``
       (all in-library decoder models in recent transformers, e.g. Qwen2/Llama) turn the resets into a
       block-diagonal causal mask (``find_packed_sequence_indices``). That costs a dense [total, total] mask and
@@ -226,6 +252,23 @@ def supports_packing(attn_implementation: str | None) -> bool:
             return False
         return True
     return False
+
+
+PACKING_MODES = ("off", "auto", "on")
+
+
+def decide_packing(mode: str, attn_implementation: str | None) -> bool:
+    """Whether a model with the RESOLVED ``attn_implementation`` runs packed micro-batches, decided where it runs.
+
+    ``mode``: ``off`` never; ``auto`` where packing pays (:func:`packing_pays`: flash-attention's varlen kernels;
+    the experiment config's ``packing_samples=true``); ``on`` wherever the backend keeps sequences apart
+    (:func:`supports_packing`: exact on sdpa/eager too, but slower; SFT's ``packing=true``, tests of the layout).
+    """
+    if mode not in PACKING_MODES:
+        raise ValueError(f"packing={mode!r}: expected one of {', '.join(PACKING_MODES)}")
+    if mode == "off":
+        return False
+    return packing_pays(attn_implementation) if mode == "auto" else supports_packing(attn_implementation)
 
 
 def padded_grid_tokens(samples: Sequence[Sample]) -> int:

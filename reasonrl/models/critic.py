@@ -92,7 +92,9 @@ def response_values(critic, batch: PaddedBatch | PackedBatch) -> torch.Tensor:
         grid = batch.response_slice(values)  # [batch, T]
         return torch.where(batch.action_mask, grid, torch.zeros_like(grid))
     if isinstance(batch, PackedBatch):
-        values = critic(input_ids=batch.input_ids, attention_mask=None, position_ids=batch.position_ids)  # [1, total]
+        values = critic(
+            input_ids=batch.input_ids, attention_mask=None, position_ids=batch.position_ids, **batch.forward_kwargs()
+        )  # [1, total]; cu_seqlens for flash-attention
         return scatter_to_padded(batch.response_slice(values), batch.action_mask)  # [batch, T]
     raise TypeError(f"batch must be a PaddedBatch or PackedBatch, got {type(batch).__name__}")
 

@@ -84,7 +84,8 @@ def response_logits(
     """Forward the causal LM and return the logits that predict the response tokens, with those tokens.
 
     ``model`` is any callable ``model(input_ids=, attention_mask=, position_ids=, use_cache=False)`` returning an
-    object with ``.logits`` (a transformers causal LM, or a DeepSpeed engine wrapping one). With
+    object with ``.logits`` (a transformers causal LM, or a DeepSpeed engine wrapping one); a packed batch built for
+    flash-attention adds its ``PackedBatch.forward_kwargs`` (``cu_seq_lens_q/k``, ``max_length_q/k``). With
     ``use_logits_to_keep`` (the default) transformers' ``logits_to_keep`` is passed too, so the LM head runs only
     on the positions needed (saves the [prompt, vocab] logits; HF causal LMs accept it); ``False`` is for models
     whose forward does not take it.
@@ -107,6 +108,7 @@ def response_logits(
         return rows, batch.response_ids()  # [batch, T, vocab], [batch, T]
     if isinstance(batch, PackedBatch):
         extra = {"logits_to_keep": batch.response_positions} if use_logits_to_keep else {}
+        extra |= batch.forward_kwargs()  # cu_seqlens for flash-attention, so no layer rebuilds them
         out = model(
             input_ids=batch.input_ids, attention_mask=None, position_ids=batch.position_ids, **FORWARD_KWARGS, **extra
         )

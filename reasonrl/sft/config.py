@@ -96,7 +96,9 @@ class SFTConfig:
     train_batch_size: int = _opt(64, "pairs per optimizer step, over all ranks")
     max_tokens_per_micro_batch: int = _opt(8192, "token budget of each rank's micro-batches (padded prompt+response)")
     packing: bool = _opt(
-        False, "padding-free micro-batches where the attention backend supports it (flash_attention_2)"
+        False,
+        "padding-free micro-batches where the backend each worker resolves supports it (flash_attention_2; "
+        "sdpa/eager pack exactly but slower)",
     )
     # resources
     num_nodes: int = _res(1, "nodes of the data-parallel group")
@@ -105,7 +107,11 @@ class SFTConfig:
     offload_optimizer: bool = _res(False, "optimizer states in host memory (ZeRO-1..3)")
     bf16: bool = _res(False, "bf16 weights and compute (GPU); else fp32")
     gradient_checkpointing: bool = _res(False, "recompute activations in the backward pass (less memory, slower)")
-    attn_implementation: str = _res("sdpa", "auto / flash_attention_2 / sdpa / eager")
+    attn_implementation: str = _res(
+        "sdpa",
+        "auto / flash_attention_2 / sdpa / eager; auto is resolved on each worker (flash-attention on a GPU "
+        "in bf16 where flash_attn imports, else sdpa)",
+    )
     device: str = _res("auto", "auto / cpu / gpu")
     ray_address: str | None = _res(None, "join this Ray cluster (auto: the one `ray start` recorded); None = local")
     cpus_per_bundle: float = _res(1.0, "CPUs of each rank's placement bundle")

@@ -240,6 +240,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     from reasonrl.distributed.ppo_workers import WorkerConfig
     from reasonrl.distributed.ray_cluster import init_ray
     from reasonrl.distributed.worker_group import WorkerGroup
+    from reasonrl.models import attention_summary
     from reasonrl.sft.worker import SFTWorker
     from reasonrl.utils.checkpoint import CheckpointManager
     from reasonrl.utils.paths import atomic_directory
@@ -290,11 +291,12 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
             attn_implementation=cfg.attn_implementation,
             offload_optimizer=cfg.offload_optimizer,
             max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch,
-            packing=cfg.packing,
+            packing="on" if cfg.packing else "off",  # wherever the backend the workers resolve supports it
             pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
             seed=cfg.seed,
         )
         group.call("setup", worker_cfg, cfg.torch_threads)
+        attention = attention_summary("sft", group.call("attention"))  # what the workers resolved for themselves
         tracker = Tracker(
             cfg.log_dir,
             cfg.exp_name,
@@ -307,6 +309,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
             run_config=cfg.to_dict(),
         )
         with tracker:
+            logger.info(attention)  # inside: the run's train.log has it
             tracker.log_table_at_start(json.dumps(cfg.to_dict(), indent=1, default=str))
             trainer = SFTTrainer(cfg, group, tokenizer, train, evals, tracker, checkpoints)
             if resume_from:

@@ -11,9 +11,15 @@ SAMPLES = [([1] * 100, [2] * 1000), ([1] * 1000, [2] * 10), ([1] * 50, [2] * 100
 
 
 def worker(packing: bool, attn: str = "sdpa") -> CriticWorker:
+    """``packing=True``: wherever the backend keeps sequences apart (``"on"``), decided as in ``setup``."""
     w = CriticWorker(0, 1)
-    w.config = WorkerConfig(
-        model_path="unused", max_tokens_per_micro_batch=2400, packing=packing, attn_implementation=attn
+    w._configure(
+        WorkerConfig(
+            model_path="unused",
+            max_tokens_per_micro_batch=2400,
+            packing="on" if packing else "off",
+            attn_implementation=attn,
+        )
     )
     return w
 

@@ -72,8 +72,14 @@ def config(tiny_model_dir) -> WorkerConfig:
 @pytest.mark.parametrize("packing", [False, True], ids=["padded", "packed"])
 def test_reference_logprobs_match_plain_transformers(ray_cluster, config, tiny_model_dir, packing):
     samples = make_samples(7)
-    ref = group(ReferenceWorker, dataclasses.replace(config, packing=packing))
+    # packed: attn_implementation=auto travels unresolved and each rank resolves it for its (CPU) placement: sdpa,
+    # which packs when asked to wherever the backend keeps sequences apart ("on")
+    changes = dict(packing="on", attn_implementation="auto") if packing else {}
+    ref = group(ReferenceWorker, dataclasses.replace(config, **changes))
     try:
+        for report in ref.call("attention"):  # what each rank resolved for itself
+            assert (report["attn_implementation"], report["packing"], report["device"]) == ("sdpa", packing, "cpu")
+            assert report["requested"] == ("auto" if packing else "sdpa")
         got = stitch(ref.call_sharded("compute_logprobs", shards(samples)))
         # the wire format: token ids in, flat response-token log-probs out (one object ref per rank)
         exp = Experience(samples, pad_batch(samples, 0).action_mask)
