@@ -5,10 +5,14 @@ It puts one vLLM engine and one DeepSpeed ZeRO-3 policy on the same GPU (engine 
 the real device phases (``PhaseMachine``: sleep / wake of the engine, offload / reload of the policy) with the
 trainer's colocated sync order (SYNC -> load over CUDA IPC + exact fingerprint check -> GENERATION -> probe):
 
+A frozen reference and a critic share the GPU too, and every role resolves its attention itself
+(``attn_implementation=auto``: flash-attn with packed micro-batches where it imports, sdpa otherwise).
+
 1. ``agreement``: the first sync, then bf16 prompt log-probs of a probe, vLLM vs the DeepSpeed policy, on identical
-   weights (kernel noise only; reported, and must stay below 1 nat, the sync check's sanity bound);
+   weights (kernel noise only; reported, and must stay below 1 nat, the sync check's sanity bound), and the
+   reference against the policy (identical weights, same kernels);
 2. ``grpo_steps``: two GRPO steps of the real components (generate -> TRAINING -> group-normalised advantages ->
-   policy update -> the verified sync above);
+   policy update, reference log-probs, critic values and one critic update -> the verified sync above);
 3. ``missed_sync``: generating after a level-2 sleep without a sync is refused, and one more update the engine
    never receives is caught by the differential probe check;
 4. ``memory``: measured device memory per phase against the per-phase memory model
@@ -22,7 +26,7 @@ trainer's colocated sync order (SYNC -> load over CUDA IPC + exact fingerprint c
      modelled ``policy_state + gather_bytes + max(activation_bytes, sync bucket)`` at the largest micro-batch the
      steps ran;
    * ``phase generation / training / sync``: device-wide use on entering each device phase against
-     ``colocated_phase_bytes`` of the same setup with sleep mode on.
+     ``colocated_phase_bytes`` of the same setup with sleep mode on, a reference and a critic.
 
    The model is an upper bound: a phase FAILS when ``measured > modelled x MEMORY_SLACK_RATIO +
    MEMORY_SLACK_BYTES`` (:func:`compare_memory`); every phase prints measured, modelled and their ratio.
@@ -199,7 +203,14 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
 
     from reasonrl.distributed.phases import SLEEP_LEVEL, Phase, PhaseMachine
     from reasonrl.distributed.platform import DEVICE_ENV_VAR
-    from reasonrl.distributed.ppo_workers import PolicyLossConfig, PolicyWorker, WorkerConfig
+    from reasonrl.distributed.ppo_workers import (
+        CriticWorker,
+        PolicyLossConfig,
+        PolicyWorker,
+        ReferenceWorker,
+        ValueLossConfig,
+        WorkerConfig,
+    )
     from reasonrl.distributed.sync_checks import DifferentialProbe, WeightSyncError
     from reasonrl.distributed.vllm_engine import SamplingConfig, create_vllm_engines
     from reasonrl.distributed.weight_sync import WeightSyncer, resolve_transport, resolve_verify_source
@@ -213,7 +224,7 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
     if not ray.is_initialized():
         ray.init(num_cpus=4, num_gpus=1 if on_gpu else 0, include_dashboard=False)
     env = {DEVICE_ENV_VAR: device}
-    share = {"num_cpus": 1, "num_gpus": 0.5} if on_gpu else {"num_cpus": 0.5}
+    share = {"num_cpus": 1, "num_gpus": 0.25} if on_gpu else {"num_cpus": 0.5}  # engine, policy, ref, critic
     results: list[CheckResult] = []
 
     def device_used() -> int:
@@ -224,6 +235,7 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
     measured: dict[str, int] = {}  # phase -> bytes, filled on GPU (module docstring, item 4)
     phase_used: dict[Phase, int] = {}  # device phase -> largest device-wide bytes seen in it (GPU)
     micro_batch_tokens: list[int] = []  # per GRPO step, its largest micro-batch
+    critic_losses: list[float] = []  # per GRPO step, the critic's mean squared error (before its update)
     baseline = device_used() if on_gpu else 0
     (engine,) = create_vllm_engines(
         1,
@@ -234,19 +246,29 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
         gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION,
         **share,
     )
-    policy = None
+    policy = ref = critic = None
     try:
         ray.get(engine.ready.remote(), timeout=600)  # engine first: vLLM needs its memory share free at start-up
         if on_gpu:
             measured["engine"] = device_used() - baseline
         ray.get(engine.sleep.remote(SLEEP_LEVEL))  # as colocate_all starts: the engine asleep before DeepSpeed
-        config = WorkerConfig(model_path=model_path, bf16=True, lr=lr, seed=seed)
-        policy = WorkerGroup(PolicyWorker, _Placement(share | {"runtime_env": {"env_vars": env}}), timeout_s=600)
+        # attention and packing resolved on the worker: flash-attn with packed micro-batches (cu_seqlens passed)
+        # where flash_attn imports on a GPU, sdpa and padding otherwise
+        config = WorkerConfig(
+            model_path=model_path, bf16=True, lr=lr, seed=seed, attn_implementation="auto", packing="auto"
+        )
+        placement = _Placement(share | {"runtime_env": {"env_vars": env}})
+        policy = WorkerGroup(PolicyWorker, placement, timeout_s=600)
         policy.call("setup", config)
         state = policy.call("device_memory")[0]  # None without CUDA
         if state is not None:
             measured["policy_state"] = state["memory_allocated"]
-        phases = PhaseMachine([engine], {"policy": policy}, active=True)
+        ref = WorkerGroup(ReferenceWorker, placement, timeout_s=600)
+        critic = WorkerGroup(CriticWorker, placement, timeout_s=600)
+        ref.call("setup", config)
+        critic.call("setup", config)
+        attention = policy.call("attention")[0]
+        phases = PhaseMachine([engine], {"policy": policy, "critic": critic, "ref": ref}, active=True)
         g = torch.Generator().manual_seed(seed)
         probe = torch.randint(3, 2048, (48,), generator=g).tolist()
         prompts = [torch.randint(3, 2048, (8,), generator=g).tolist() for _ in range(4)]
@@ -288,10 +310,17 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
 
         def agreement() -> str:
             first = sync()  # the engine slept at level 2: load the (unchanged) weights; calibrates the probe
-            diff = max(abs(a - b) for a, b in zip(engine_lps(), trainer_lps(), strict=True))
+            trainer = trainer_lps()
+            diff = max(abs(a - b) for a, b in zip(engine_lps(), trainer, strict=True))
             if not diff < AGREEMENT_BOUND:
                 raise AssertionError(f"max |vLLM - DeepSpeed| = {diff:.3g} nats >= {AGREEMENT_BOUND}")
+            reference = ref.call("compute_logprobs", [(probe[:1], probe[1:])])[0][0].tolist()
+            ref_diff = max(abs(a - b) for a, b in zip(reference, trainer, strict=True))
+            if not ref_diff < 1e-2:  # same weights, same kernels: the frozen copy must score like the policy
+                raise AssertionError(f"max |reference - policy| = {ref_diff:.3g} on identical weights")
             return (
+                f"attention {attention['attn_implementation']} (packing {attention['packing']}); "
+                f"max |reference - policy| {ref_diff:.3g}; "
                 f"max |vLLM - DeepSpeed| bf16 log-prob on a {len(probe)}-token probe = {diff:.3g} nats; first sync "
                 f"({syncer.transport}) {first.num_bytes / GIB:.2f} GiB in {first.total_s:.2f} s, "
                 f"{first.params_checked} parameters checked exactly"
@@ -306,6 +335,17 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
             adv = ((reward - reward.mean(1, keepdim=True)) / (reward.std(1, keepdim=True) + 1e-6)).flatten()
             enter(Phase.TRAINING)
             update(samples, lambda old: adv[:, None].expand_as(old))
+            ref_lps = ref.call_sharded("compute_logprobs", [samples])[0]
+            values = critic.call_sharded("compute_values", [samples])[0]
+            mask = pad_batch(samples, 0).action_mask
+            returns = reward.flatten()[:, None].expand_as(values) * mask  # the outcome reward at every token
+            exp = Experience(samples, mask, old_values=values, returns=returns)
+            (value_metrics,) = critic.call_sharded(
+                "update", exp.shard(1), ValueLossConfig(), *exp.num_tokens_and_seqs()
+            )
+            if not (torch.isfinite(ref_lps).all() and torch.isfinite(values).all()):
+                raise AssertionError("non-finite reference log-probs or critic values")
+            critic_losses.append(float(value_metrics["vf_error"]))
             return sync()
 
         def grpo_steps() -> str:
@@ -314,9 +354,14 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
             peak = policy.call("device_memory")[0]
             if peak is not None:
                 measured["training_peak"] = peak["max_memory_allocated"]
-            return "2 steps through the device phases, each sync checked exactly and by the probe: " + ", ".join(
-                f"{r.total_s:.2f} s ({r.params_checked} params, probe change diff {r.probe_max_abs_diff:.3g})"
-                for r in reports
+            return (
+                "2 steps through the device phases (policy, reference and critic offloaded / reloaded), critic "
+                f"squared error {', '.join(f'{v:.3g}' for v in critic_losses)}; each sync checked exactly and by the "
+                "probe: "
+                + ", ".join(
+                    f"{r.total_s:.2f} s ({r.params_checked} params, probe change diff {r.probe_max_abs_diff:.3g})"
+                    for r in reports
+                )
             )
 
         def missed_sync() -> str:
@@ -364,7 +409,7 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
             predicted = predicted_phase_bytes(setup)
             passed, lines = compare_memory([(p, measured[p], predicted[p]) for p in predicted if p in measured])
             lines += [f"{p}: not measured (an earlier check failed)" for p in predicted if p not in measured]
-            modelled = colocated_phase_bytes(dataclasses.replace(setup, vllm_enable_sleep=True))
+            modelled = colocated_phase_bytes(dataclasses.replace(setup, vllm_enable_sleep=True, critic_dp=1, ref_dp=1))
             phase_rows = [(f"phase {p.value}", used, sum(modelled[p].values())) for p, used in phase_used.items()]
             phases_passed, phase_lines = compare_memory(phase_rows)
             head = (
@@ -382,8 +427,9 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
             _run("missed_sync", missed_sync, results)
         _run("memory", memory, results)
     finally:
-        if policy is not None:
-            policy.kill()
+        for group in (policy, ref, critic):
+            if group is not None:
+                group.kill()
         ray.get(engine.shutdown.remote(), timeout=120)
         ray.kill(engine)
     return results

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from reasonrl.distributed.weight_sync import WeightSyncError, check_probe, layer_group, plan_buckets
+from reasonrl.distributed.sync_checks import WeightSyncError, check_probe
+from reasonrl.distributed.weight_sync import layer_group, plan_buckets
 
 NAMES = [
     ("model.embed_tokens.weight", 400),
