@@ -23,6 +23,7 @@ import pytest
 
 from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
 from reasonrl.utils.reaper import descendants
+from reasonrl.utils.scalars import RUN_TO_RUN_PREFIXES
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[1]
@@ -192,22 +193,9 @@ def kill_actor(tag: str, actor: str) -> int:
     raise AssertionError(f"no ray::{actor} process in the run")
 
 
-# timings, and the engine-vs-trainer probe difference (float noise of two implementations, not training state)
-TIMING = (
-    "time/",
-    "perf/",
-    "sync/gather_s",
-    "sync/load_s",
-    "sync/check_s",
-    "sync/verify_s",
-    "sync/total_s",
-    "sync/probe",
-)
-
-
 def deterministic_rows(run_dir: Path) -> dict[int, dict]:
     rows = metrics_by_step(read_metrics(run_dir / "metrics.jsonl"))
-    return {step: {k: v for k, v in row.items() if not k.startswith(TIMING)} for step, row in rows.items()}
+    return {step: {k: v for k, v in row.items() if not k.startswith(RUN_TO_RUN_PREFIXES)} for step, row in rows.items()}
 
 
 def test_killed_engine_and_policy_worker_are_restarted_and_the_run_matches(tmp_path, reference):

@@ -13,20 +13,10 @@ import pytest
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 from playground.tiny_ppo_cpu import TinyPPOCPUConfig
 from reasonrl.exp import BasePPOExp
-from reasonrl.utils.scalars import known_scalar
+from reasonrl.utils.scalars import RUN_TO_RUN_PREFIXES, known_scalar
 
 pytestmark = pytest.mark.integration
 REWARD_FN = f"{Path(__file__).parent / 'fixtures' / 'toy_rewards.py'}:digit_fraction"
-TIMING_PREFIXES = (
-    "time/",
-    "perf/",
-    "sync/gather_s",
-    "sync/load_s",
-    "sync/check_s",
-    "sync/verify_s",
-    "sync/total_s",
-    "sync/probe",
-)
 
 
 def read_rows(run_dir: Path) -> dict[int, dict]:
@@ -40,7 +30,7 @@ def read_rows(run_dir: Path) -> dict[int, dict]:
 
 def deterministic(row: dict) -> dict:
     return {
-        k: v for k, v in row.items() if not k.startswith(TIMING_PREFIXES) and k not in ("step", "time", "wall_time")
+        k: v for k, v in row.items() if not k.startswith(RUN_TO_RUN_PREFIXES) and k not in ("step", "time", "wall_time")
     }
 
 

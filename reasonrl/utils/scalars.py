@@ -251,3 +251,17 @@ def format_metrics_line(step: int, metrics: dict[str, Any]) -> str:
     if evals:
         parts.append(" ".join(evals))
     return " | ".join(parts)
+
+
+RUN_TO_RUN_PREFIXES = (
+    "time/",
+    "perf/",
+    "sync/gather_s",
+    "sync/load_s",
+    "sync/check_s",
+    "sync/verify_s",
+    "sync/total_s",
+    "sync/probe",
+)
+"""Scalars that differ between two identical runs: timings, and the engine-vs-trainer probe difference (the float
+noise of two implementations, not training state). A resumed run must match an uninterrupted one on the rest."""
