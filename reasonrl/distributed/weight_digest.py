@@ -27,14 +27,17 @@ import torch
 Fingerprint = tuple[int, int, int]  # (numel, S, W), S and W mod 2^64
 MASK = (1 << 64) - 1
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-_CHUNK = 1 << 24  # elements per device pass: bounds the int64 temporaries (128 MiB each)
+_ROW = 1024  # elements per matrix row: a row's weighted sum stays below 2^53, exact in float64
+_ROWS_PER_PASS = 4096  # rows converted to float64 at a time (32 MiB)
 
 
 def fingerprint(tensor: torch.Tensor) -> Fingerprint:
     """``(n, S, W)`` of ``tensor`` (see the module docstring), computed on the tensor's own device.
 
-    One host synchronisation per tensor (the final ``tolist``); int64 sums wrap, which is the mod 2^64 of the
-    definition."""
+    Elements of up to 4 bytes are read as rows of :data:`_ROW` integers and reduced by one float64 matrix product
+    with ``[1, j + 1]`` per row: every row sum is an integer below 2^53, so exact in any summation order (a BLAS or
+    GPU kernel), and the rows combine in int64 (``W += row * _ROW * S_row``; int64 wraps, the mod 2^64 of the
+    definition). One host synchronisation per tensor."""
     flat = tensor.detach().contiguous().reshape(-1)
     n = flat.numel()
     if n == 0:
@@ -42,9 +45,21 @@ def fingerprint(tensor: torch.Tensor) -> Fingerprint:
     ints = flat.view(_INT_OF_WIDTH[flat.element_size()])
     s = torch.zeros((), dtype=torch.int64, device=flat.device)
     w = torch.zeros((), dtype=torch.int64, device=flat.device)
-    for start in range(0, n, _CHUNK):
-        x = ints[start : start + _CHUNK].to(torch.int64)  # [chunk]
-        position = torch.arange(start + 1, start + 1 + x.numel(), dtype=torch.int64, device=flat.device)
+    rows = n // _ROW if flat.element_size() <= 4 else 0
+    if rows:
+        weights = torch.stack(
+            [torch.ones(_ROW, dtype=torch.float64, device=flat.device), torch.arange(1, _ROW + 1, device=flat.device)]
+        ).T.to(torch.float64)  # [_ROW, 2]
+        matrix = ints[: rows * _ROW].view(rows, _ROW)
+        for first in range(0, rows, _ROWS_PER_PASS):
+            part = matrix[first : first + _ROWS_PER_PASS]
+            sums = (part.to(torch.float64) @ weights).to(torch.int64)  # [rows of the pass, 2]: S_row, sum (j+1) x
+            offsets = torch.arange(first, first + part.shape[0], dtype=torch.int64, device=flat.device) * _ROW
+            s += sums[:, 0].sum()
+            w += (offsets * sums[:, 0]).sum() + sums[:, 1].sum()
+    if rows * _ROW < n:  # the tail (and 8-byte elements): int64 directly
+        x = ints[rows * _ROW :].to(torch.int64)
+        position = torch.arange(rows * _ROW + 1, n + 1, dtype=torch.int64, device=flat.device)
         s += x.sum()
         w += (x * position).sum()
     s_value, w_value = torch.stack([s, w]).tolist()

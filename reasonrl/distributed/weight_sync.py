@@ -214,7 +214,6 @@ class BucketSender:
             return None
         named = list(tensors.items())
         start = time.perf_counter()
-        digests = named_fingerprints(named) if self.rank == 0 else {}  # what the engines must receive and load
         ref = handles = None
         if transport == "broadcast":
             if self.group is None:
@@ -229,6 +228,8 @@ class BucketSender:
             # the flat buffers, never the tensors: pickling a view serialises its whole storage, so each view of
             # the gathered bucket would carry the entire bucket
             ref = [ray.put(sync_group.pack(named))]
+        # what the engines must receive and load; after the send, so the engines load while rank 0 fingerprints
+        digests = named_fingerprints(named) if self.rank == 0 else {}
         if keep and self.rank == 0:
             self.sent |= {n: t.cpu() for n, t in named}
         return {

@@ -32,11 +32,27 @@ def test_a_bf16_rounding_level_change_is_seen():
     assert wd.fingerprint(nudged) != wd.fingerprint(t)
 
 
-def test_fingerprint_is_independent_of_chunking(monkeypatch):
-    t = torch.randn(1000, 37)
-    whole = wd.fingerprint(t)
-    monkeypatch.setattr(wd, "_CHUNK", 333)
-    assert wd.fingerprint(t) == whole
+def _by_definition(t: torch.Tensor) -> wd.Fingerprint:
+    """The module docstring's formula, in Python integers."""
+    x = t.contiguous().reshape(-1).view(wd._INT_OF_WIDTH[t.element_size()]).tolist()
+    return (len(x), sum(x) & wd.MASK, sum((i + 1) * v for i, v in enumerate(x)) & wd.MASK)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.uint8])
+@pytest.mark.parametrize("n", [1, 1023, 1024, 3 * 1024 + 5])
+def test_fingerprint_is_the_definition_whatever_the_row_and_pass_sizes(dtype, n, monkeypatch):
+    """Rows of float64 products, passes of rows and the int64 tail give the formula exactly (int32 extremes too)."""
+    g = torch.Generator().manual_seed(n)
+    t = (
+        torch.randint(0, 255, (n,), generator=g, dtype=torch.uint8)
+        if dtype == torch.uint8
+        else torch.randn(n).to(dtype)
+    )
+    assert wd.fingerprint(t) == _by_definition(t)
+    monkeypatch.setattr(wd, "_ROWS_PER_PASS", 2)
+    assert wd.fingerprint(t) == _by_definition(t)
+    extremes = torch.tensor([-(2**31), 2**31 - 1] * 1024, dtype=torch.int32).view(torch.float32)
+    assert wd.fingerprint(extremes) == _by_definition(extremes)
 
 
 def test_compose_equals_the_fingerprint_of_the_concatenation():
