@@ -29,7 +29,7 @@ import types
 import numpy as np
 import torch
 
-from reasonrl.experience import (
+from reasonrl.loop.experience import (
     FLOAT_FIELDS,
     Experience,
     mini_batch_counts,

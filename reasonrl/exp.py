@@ -1,7 +1,7 @@
 """``BasePPOExp``: build everything an experiment config describes, run the trainer, clean up.
 
     validate config, check the resume checkpoint's config.json (before Ray starts) -> tokenizer, then every hook
-    called and its result checked (``reasonrl.exp_hooks``, still before Ray starts) -> ray.init -> placement groups
+    called and its result checked (``reasonrl.loop.exp_hooks``, still before Ray starts) -> ray.init -> placement groups
     -> worker groups (policy, ref, critic, reward model) + vLLM engines -> PPOTrainer.fit() -> shutdown
 
 Subclass it to change one piece; each hook has one job:
@@ -31,7 +31,7 @@ from typing import Any
 from loguru import logger
 
 from reasonrl.config import BasePPOExpConfig
-from reasonrl.exp_hooks import ExpInputs, build_inputs
+from reasonrl.loop.exp_hooks import ExpInputs, build_inputs
 from reasonrl.utils.interrupt import StopSignals, TrainingInterrupted
 from reasonrl.utils.reaper import start_reaper
 
@@ -59,7 +59,7 @@ class BasePPOExp:
         return {name: load_rows(s, fields=self.cfg.data_fields).rows for name, s in zip(names, sources, strict=True)}
 
     def build_scorer(self):
-        from reasonrl.scoring import build_scorer
+        from reasonrl.loop.scoring import build_scorer
 
         return build_scorer(self.cfg)
 
@@ -145,7 +145,7 @@ class BasePPOExp:
         from reasonrl.data.sampler import PromptSampler
         from reasonrl.distributed.placement import build_placement
         from reasonrl.distributed.ray_cluster import init_ray
-        from reasonrl.trainer import PPOTrainer
+        from reasonrl.loop.trainer import PPOTrainer
         from reasonrl.utils.checkpoint import CheckpointManager
         from reasonrl.utils.worker_logs import exported_log_file
 
@@ -294,7 +294,7 @@ class BasePPOExp:
         from reasonrl.distributed.phases import SLEEP_LEVEL
         from reasonrl.distributed.ppo_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
         from reasonrl.distributed.worker_group import WorkerGroup
-        from reasonrl.trainer import Roles
+        from reasonrl.loop.trainer import Roles
 
         cfg = self.cfg
         classes = {"policy": PolicyWorker, "ref": ReferenceWorker, "critic": CriticWorker, "reward": RewardModelWorker}

@@ -215,7 +215,7 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
     from reasonrl.distributed.vllm_engine import SamplingConfig, create_vllm_engines
     from reasonrl.distributed.weight_sync import WeightSyncer, resolve_transport, resolve_verify_source
     from reasonrl.distributed.worker_group import WorkerGroup
-    from reasonrl.experience import Experience
+    from reasonrl.loop.experience import Experience
     from reasonrl.models import pad_batch
     from reasonrl.models.tiny import tiny_model_path
 

@@ -19,7 +19,7 @@ import ray
 
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 from reasonrl.exp import BasePPOExp
-from reasonrl.exp_hooks import HookError
+from reasonrl.loop.exp_hooks import HookError
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = [{"id": f"r{i}", "question": f"{i}+1=", "answer": str(i + 1)} for i in range(8)]
@@ -114,7 +114,7 @@ with open(os.environ["RUNS_FILE"], "a") as f:
     f.write(f"{os.getpid()}\\n")
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 from reasonrl.exp import BasePPOExp
-from reasonrl.scoring import MathScorer
+from reasonrl.loop.scoring import MathScorer
 
 class MyExp(BasePPOExp):
     def load_train_rows(self):

@@ -144,7 +144,7 @@ def module_graph(modules: dict[str, Module]) -> dict[str, set[str]]:
 
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """The module graph collapsed to reasonrl's first-level packages and top-level modules (``reasonrl.config``,
-    ``reasonrl.trainer``, ...); ``reasonrl`` itself is left out."""
+    ``reasonrl.loop.trainer``, ...); ``reasonrl`` itself is left out."""
 
     def top(name: str) -> str:
         return ".".join(name.split(".")[:2])

@@ -1,5 +1,5 @@
 """Streaming a rollout: completions are scored as they finish, and the samples the step will train on are handed
-on (to the forwards, :mod:`reasonrl.forward_stream`) as soon as it is known that the step keeps them.
+on (to the forwards, :mod:`reasonrl.loop.forward_stream`) as soon as it is known that the step keeps them.
 
 Two pieces, both plain asyncio / Python (no Ray, no vLLM; ``RolloutMixin`` wires them to the engines):
 

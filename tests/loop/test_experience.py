@@ -8,7 +8,7 @@ import types
 import pytest
 import torch
 
-from reasonrl.experience import (
+from reasonrl.loop.experience import (
     FLOAT_FIELDS,
     Experience,
     RaggedShard,
@@ -195,7 +195,7 @@ def test_rank_mini_batches_cut_each_shard_and_cover_every_sample_once_per_pass()
 
 def test_one_rank_mini_batches_are_the_global_ones():
     """World size 1: the plan is the order of the padded path (``mini_batch_order`` cut by the bounds)."""
-    from reasonrl.experience import mini_batch_order
+    from reasonrl.loop.experience import mini_batch_order
 
     cfg = types.SimpleNamespace(seed=3, shuffle_mini_batches=True)
     bounds = [(0, 10), (10, 20), (20, 30)]
