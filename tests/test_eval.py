@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from reasonrl.config import ConfigError
+from reasonrl.dataplane.completion import Completion
 from reasonrl.eval import (
     EvalConfig,
     eval_config_from_cli,
@@ -25,7 +26,6 @@ from reasonrl.eval import (
 )
 from reasonrl.loop.rollout import EvalSet, RolloutMixin, ScoredGeneration
 from reasonrl.rewards import RewardResult
-from reasonrl.types import Completion
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD_FIELDS = {

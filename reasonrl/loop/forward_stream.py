@@ -22,9 +22,10 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import torch
 
+from reasonrl.dataplane.completion import Completion
+from reasonrl.dataplane.experience import Experience, padded_from_flat
 from reasonrl.distributed.worker_group import gather_all, put_per_rank
-from reasonrl.loop.experience import Experience, padded_from_flat, stitch_rank_outputs
-from reasonrl.types import Completion
+from reasonrl.loop.mini_batches import stitch_rank_outputs
 
 # run_chunk(samples) -> {role: [len(samples), max response length of the chunk] float tensor, or None}
 RunChunk = Callable[[list[Completion]], Awaitable[dict[str, torch.Tensor | None]]]

@@ -22,10 +22,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import torch
 
 from reasonrl import algos
+from reasonrl.dataplane.completion import Completion
 from reasonrl.distributed.worker_group import gather_all
 from reasonrl.loop.rollout_stream import KeptRelease, OnReady, score_as_they_arrive
 from reasonrl.rewards.repetition import repetition_stats
-from reasonrl.types import Completion
 from reasonrl.utils.rng import derive_seed
 
 

@@ -20,7 +20,7 @@ import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from reasonrl.types import Completion
+from reasonrl.dataplane.completion import Completion
 
 # on_ready(completions, results or None): a part is ready (arrived, or scored; see score_as_they_arrive)
 OnReady = Callable[[list[Completion], list | None], None]

@@ -28,19 +28,16 @@ from loguru import logger
 
 from reasonrl import algos
 from reasonrl.data.sampler import PromptSampler
+from reasonrl.dataplane.completion import Completion
+from reasonrl.dataplane.experience import Experience
 from reasonrl.distributed.phases import Phase, PhaseMachine
 from reasonrl.distributed.weight_sync import WeightSyncer, resolve_transport, resolve_verify_source
 from reasonrl.distributed.worker_group import gather_all
-from reasonrl.loop.experience import (
-    Experience,
-    mini_batch_counts,
-    rank_mini_batches,
-)
 from reasonrl.loop.forward_stream import ForwardsMixin, covered_seconds, put_rank_shards
 from reasonrl.loop.learning_signal import NoSignalMonitor, no_signal_reason, step_advantages
+from reasonrl.loop.mini_batches import mini_batch_counts, rank_mini_batches
 from reasonrl.loop.rollout import Rollout, RolloutMixin, sample_records
 from reasonrl.loop.rollout_ahead import RolloutAhead
-from reasonrl.types import Completion
 
 
 @dataclasses.dataclass

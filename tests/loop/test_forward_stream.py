@@ -10,8 +10,8 @@ import asyncio
 import pytest
 import torch
 
+from reasonrl.dataplane.completion import Completion
 from reasonrl.loop.forward_stream import ForwardChunks, concat_padded, covered_seconds, sample_tokens
-from reasonrl.types import Completion
 
 
 def completion(i: int, prompt_len: int = 3, response_len: int = 2) -> Completion:

@@ -14,9 +14,9 @@ import threading
 import time
 from types import SimpleNamespace
 
+from reasonrl.dataplane.completion import Completion
 from reasonrl.loop.rollout import RolloutMixin
 from reasonrl.rewards import RewardResult
-from reasonrl.types import Completion
 
 ROWS = [{"prompt": f"q{i}", "answer": str(i)} for i in range(7)]
 WAIT_LIMIT_S = 5.0  # a blocked fake engine gives up after this (only reached when scoring is NOT streamed)

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from reasonrl.dataplane.completion import Completion
 from reasonrl.loop.rollout import _group_has_signal
 from reasonrl.loop.rollout_stream import KeptRelease, score_as_they_arrive
-from reasonrl.types import Completion
 
 
 def completion(p: int, k: int) -> Completion:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from playground.tiny_ppo_cpu import TinyPPOCPUConfig
+from reasonrl.dataplane.completion import Completion
 from reasonrl.loop.scoring import MathScorer, UserFnScorer, build_scorer
-from reasonrl.types import Completion
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "toy_rewards.py"
 

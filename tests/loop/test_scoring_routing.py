@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from playground.tiny_ppo_cpu import TinyPPOCPUConfig
+from reasonrl.dataplane.completion import Completion
 from reasonrl.loop.scoring import ExactMatchScorer, RoutingScorer, build_scorer, exact_key, routing_problems
-from reasonrl.types import Completion
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "toy_rewards.py"
 GYM_TRAIN = "gym:basic_arithmetic:size=4:seed=3"
@@ -162,7 +162,7 @@ def test_math_only_run_never_imports_reasoning_gym(tmp_path):
             import sys
             from playground.tiny_ppo_cpu import TinyPPOCPUConfig
             from reasonrl.loop.scoring import build_scorer, routing_problems
-            from reasonrl.types import Completion
+            from reasonrl.dataplane.completion import Completion
 
 
             def gym_imported(_):

@@ -8,7 +8,7 @@ import types
 import pytest
 import torch
 
-from reasonrl.loop.experience import mini_batch_order, stitch_rank_outputs
+from reasonrl.loop.mini_batches import mini_batch_order, stitch_rank_outputs
 from reasonrl.loop.trainer import _mean_metrics
 
 
