@@ -263,12 +263,13 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
     from reasonrl.data.sources import DataFormatError
     from reasonrl.distributed.placement import build_placement
     from reasonrl.distributed.ray_cluster import check_ray_address, init_ray
-    from reasonrl.exp import BasePPOExp, _logged, start_vllm_engines
+    from reasonrl.exp import BasePPOExp, _logged, ray_cluster_checked, start_vllm_engines
     from reasonrl.loop.scoring import routing_problems
     from reasonrl.utils.reaper import start_reaper
 
     cfg.validate()
-    check_ray_address(cfg.ray_address)
+    with ray_cluster_checked():
+        check_ray_address(cfg.ray_address)
     hooks = BasePPOExp(cfg)  # the data, template and scorer builders of training
     try:
         eval_sets = hooks.load_eval_sets()
@@ -289,7 +290,8 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
             scorer.wait_ready()
         start_reaper()  # before Ray starts: even a killed driver leaves no Ray/vLLM/reward process behind
         started_ray = not ray.is_initialized()
-        init_ray(cfg.ray_address, device=cfg.device)
+        with ray_cluster_checked():
+            init_ray(cfg.ray_address, device=cfg.device)
         if started_ray:
             stack.callback(_logged, ray.shutdown)
         plan = build_placement(

@@ -36,6 +36,20 @@ from reasonrl.utils.interrupt import StopSignals, TrainingInterrupted
 from reasonrl.utils.reaper import start_reaper
 
 
+@contextlib.contextmanager
+def ray_cluster_checked():
+    """Starting or joining Ray: a :class:`~reasonrl.distributed.ray_cluster.RayClusterError` (no cluster at
+    ``ray_address``; ``distributed/`` has its own error type, it does not import ``config/``) raised as the
+    :class:`ConfigError` on ``ray_address`` it is, before any actor starts."""
+    from reasonrl.config import ConfigError
+    from reasonrl.distributed.ray_cluster import RayClusterError
+
+    try:
+        yield
+    except RayClusterError as err:
+        raise ConfigError(err.problems, title=err.title) from err
+
+
 class BasePPOExp:
     def __init__(self, cfg: BasePPOExpConfig):
         self.cfg = cfg
@@ -77,7 +91,8 @@ class BasePPOExp:
         exit_if_reimporting_main(f"{type(self).__name__}.run()")  # a worker re-running an unguarded script stops here
         cfg = self.cfg
         cfg.validate()  # fails here, before any process starts
-        check_ray_address(cfg.ray_address)  # no cluster answering: refused now, not after minutes in ray.init
+        with ray_cluster_checked():
+            check_ray_address(cfg.ray_address)  # no cluster answering: refused now, not after minutes in ray.init
         self.resume_checkpoint()  # a checkpoint written by another config is refused here too
 
         def load_tokenizer():  # after the data hooks passed: a data mistake is reported before torch is imported
@@ -158,7 +173,8 @@ class BasePPOExp:
         tracker = self._start_tracker(stack, num_steps, resume_from)
         stack.enter_context(exported_log_file(tracker.run_dir / "train.log"))
         started_ray = not ray.is_initialized()
-        init_ray(cfg.ray_address, device=cfg.device)
+        with ray_cluster_checked():
+            init_ray(cfg.ray_address, device=cfg.device)
         if started_ray:  # stops the local instance, or disconnects from the cluster
             stack.callback(_logged, ray.shutdown)
         cfg.validate(ray.cluster_resources(), ray.nodes())  # the cluster's real resources, before any placement

@@ -11,12 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from reasonrl.config.names import DEVICES
 from reasonrl.config.probes import _gpu_count
+from reasonrl.utils.cpus import CPU_OVERSUBSCRIBE_MIN, local_ray_cpus
 
 if TYPE_CHECKING:
     from reasonrl.config.base import BasePPOExpConfig
-
-# Logical CPUs Ray advertises on a CPU-only machine (roles x bundles need more slots than physical cores).
-CPU_OVERSUBSCRIBE_MIN = 8
 
 
 def starts_local_ray(address: str | None) -> bool:
@@ -27,10 +25,9 @@ def starts_local_ray(address: str | None) -> bool:
 def local_num_cpus(device: str | None) -> int | None:
     """``num_cpus`` of the local Ray instance ``init_ray`` starts for a run on ``device``: on CPU (``"cpu"``, or
     ``"auto"``/None on a machine without a GPU) the machine's cores but at least :data:`CPU_OVERSUBSCRIBE_MIN`;
-    on GPU None (Ray counts the cores itself)."""
-    if device == "gpu" or (device != "cpu" and _gpu_count() > 0):
-        return None
-    return max(CPU_OVERSUBSCRIBE_MIN, os.cpu_count() or 1)
+    on GPU None (Ray counts the cores itself). The rule is :func:`reasonrl.utils.cpus.local_ray_cpus`, the one
+    ``init_ray`` starts the instance with."""
+    return local_ray_cpus(device == "gpu" or (device != "cpu" and _gpu_count() > 0))
 
 
 def check_resources(
