@@ -29,14 +29,8 @@ import types
 import numpy as np
 import torch
 
-from reasonrl.experience import (
-    FLOAT_FIELDS,
-    Experience,
-    mini_batch_counts,
-    mini_batch_order,
-    rank_mini_batches,
-    stitch_rank_outputs,
-)
+from reasonrl.dataplane.experience import FLOAT_FIELDS, Experience
+from reasonrl.loop.mini_batches import mini_batch_counts, mini_batch_order, rank_mini_batches, stitch_rank_outputs
 
 
 def synthetic_step(num_samples: int, max_len: int, seed: int = 0) -> Experience:

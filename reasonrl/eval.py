@@ -9,7 +9,7 @@ the vLLM engines (``reasonrl.exp.start_vllm_engines``), the data, template and s
 prompt encoding, sampling and seeds (``RolloutMixin.generate`` / ``score``, seeded as the trainer's in-loop eval).
 So evaluating a run's starting model with its config reproduces that run's step-0 ``eval/*`` numbers.
 
-Reported per eval set (``reasonrl.eval_metrics``): ``avg@n`` (n = ``eval_n_samples``), unbiased ``pass@k`` and
+Reported per eval set (``reasonrl.loop.eval_metrics``): ``avg@n`` (n = ``eval_n_samples``), unbiased ``pass@k`` and
 ``maj@k`` (majority vote over extracted answers; not for a user reward function, which extracts none) for k = 1,
 2, 4, ... up to n (and n itself). Written to ``out_dir``:
 
@@ -38,7 +38,7 @@ from typing import Any
 import reasonrl.sft.warm_start  # noqa: F401  fills the offline-model registry (tiny, tiny-demo, smollm2, arith-sft)
 from reasonrl.config import BasePPOExpConfig, ConfigError
 from reasonrl.config.fields import _evl
-from reasonrl.rollout import EvalSet, RolloutMixin
+from reasonrl.loop.rollout import EvalSet, RolloutMixin
 
 HTML_MAX_PROMPTS = 20  # prompts per eval set shown in samples.html (every sample of each); all are in the jsonl
 
@@ -130,7 +130,7 @@ def sample_sizes(n: int) -> list[int]:
 def eval_summary(per_prompt_correct: Sequence[Sequence[bool]], per_prompt_keys, n: int) -> dict[str, float | int]:
     """``avg@n``, then ``pass@k`` (and ``maj@k`` when ``per_prompt_keys`` are given) for each k of
     :func:`sample_sizes`, then ``num_prompts`` and ``num_samples``."""
-    from reasonrl.eval_metrics import avg_at_k, summarize_eval
+    from reasonrl.loop.eval_metrics import avg_at_k, summarize_eval
 
     out: dict[str, float | int] = {f"avg@{n}": avg_at_k([[bool(x) for x in c] for c in per_prompt_correct])}
     for k in sample_sizes(n):
@@ -263,12 +263,13 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
     from reasonrl.data.sources import DataFormatError
     from reasonrl.distributed.placement import build_placement
     from reasonrl.distributed.ray_cluster import check_ray_address, init_ray
-    from reasonrl.exp import BasePPOExp, _logged, start_vllm_engines
-    from reasonrl.scoring import routing_problems
+    from reasonrl.exp import BasePPOExp, _logged, ray_cluster_checked, start_vllm_engines
+    from reasonrl.loop.scoring import routing_problems
     from reasonrl.utils.reaper import start_reaper
 
     cfg.validate()
-    check_ray_address(cfg.ray_address)
+    with ray_cluster_checked():
+        check_ray_address(cfg.ray_address)
     hooks = BasePPOExp(cfg)  # the data, template and scorer builders of training
     try:
         eval_sets = hooks.load_eval_sets()
@@ -289,7 +290,8 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
             scorer.wait_ready()
         start_reaper()  # before Ray starts: even a killed driver leaves no Ray/vLLM/reward process behind
         started_ray = not ray.is_initialized()
-        init_ray(cfg.ray_address, device=cfg.device)
+        with ray_cluster_checked():
+            init_ray(cfg.ray_address, device=cfg.device)
         if started_ray:
             stack.callback(_logged, ray.shutdown)
         plan = build_placement(

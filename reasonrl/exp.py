@@ -1,7 +1,7 @@
 """``BasePPOExp``: build everything an experiment config describes, run the trainer, clean up.
 
     validate config, check the resume checkpoint's config.json (before Ray starts) -> tokenizer, then every hook
-    called and its result checked (``reasonrl.exp_hooks``, still before Ray starts) -> ray.init -> placement groups
+    called and its result checked (``reasonrl.loop.exp_hooks``, still before Ray starts) -> ray.init -> placement groups
     -> worker groups (policy, ref, critic, reward model) + vLLM engines -> PPOTrainer.fit() -> shutdown
 
 Subclass it to change one piece; each hook has one job:
@@ -31,9 +31,23 @@ from typing import Any
 from loguru import logger
 
 from reasonrl.config import BasePPOExpConfig
-from reasonrl.exp_hooks import ExpInputs, build_inputs
+from reasonrl.loop.exp_hooks import ExpInputs, build_inputs
 from reasonrl.utils.interrupt import StopSignals, TrainingInterrupted
 from reasonrl.utils.reaper import start_reaper
+
+
+@contextlib.contextmanager
+def ray_cluster_checked():
+    """Starting or joining Ray: a :class:`~reasonrl.distributed.ray_cluster.RayClusterError` (no cluster at
+    ``ray_address``; ``distributed/`` has its own error type, it does not import ``config/``) raised as the
+    :class:`ConfigError` on ``ray_address`` it is, before any actor starts."""
+    from reasonrl.config import ConfigError
+    from reasonrl.distributed.ray_cluster import RayClusterError
+
+    try:
+        yield
+    except RayClusterError as err:
+        raise ConfigError(err.problems, title=err.title) from err
 
 
 class BasePPOExp:
@@ -59,7 +73,7 @@ class BasePPOExp:
         return {name: load_rows(s, fields=self.cfg.data_fields).rows for name, s in zip(names, sources, strict=True)}
 
     def build_scorer(self):
-        from reasonrl.scoring import build_scorer
+        from reasonrl.loop.scoring import build_scorer
 
         return build_scorer(self.cfg)
 
@@ -77,7 +91,8 @@ class BasePPOExp:
         exit_if_reimporting_main(f"{type(self).__name__}.run()")  # a worker re-running an unguarded script stops here
         cfg = self.cfg
         cfg.validate()  # fails here, before any process starts
-        check_ray_address(cfg.ray_address)  # no cluster answering: refused now, not after minutes in ray.init
+        with ray_cluster_checked():
+            check_ray_address(cfg.ray_address)  # no cluster answering: refused now, not after minutes in ray.init
         self.resume_checkpoint()  # a checkpoint written by another config is refused here too
 
         def load_tokenizer():  # after the data hooks passed: a data mistake is reported before torch is imported
@@ -145,7 +160,7 @@ class BasePPOExp:
         from reasonrl.data.sampler import PromptSampler
         from reasonrl.distributed.placement import build_placement
         from reasonrl.distributed.ray_cluster import init_ray
-        from reasonrl.trainer import PPOTrainer
+        from reasonrl.loop.trainer import PPOTrainer
         from reasonrl.utils.checkpoint import CheckpointManager
         from reasonrl.utils.worker_logs import exported_log_file
 
@@ -158,7 +173,8 @@ class BasePPOExp:
         tracker = self._start_tracker(stack, num_steps, resume_from)
         stack.enter_context(exported_log_file(tracker.run_dir / "train.log"))
         started_ray = not ray.is_initialized()
-        init_ray(cfg.ray_address, device=cfg.device)
+        with ray_cluster_checked():
+            init_ray(cfg.ray_address, device=cfg.device)
         if started_ray:  # stops the local instance, or disconnects from the cluster
             stack.callback(_logged, ray.shutdown)
         cfg.validate(ray.cluster_resources(), ray.nodes())  # the cluster's real resources, before any placement
@@ -294,7 +310,7 @@ class BasePPOExp:
         from reasonrl.distributed.phases import SLEEP_LEVEL
         from reasonrl.distributed.ppo_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
         from reasonrl.distributed.worker_group import WorkerGroup
-        from reasonrl.trainer import Roles
+        from reasonrl.loop.trainer import Roles
 
         cfg = self.cfg
         classes = {"policy": PolicyWorker, "ref": ReferenceWorker, "critic": CriticWorker, "reward": RewardModelWorker}

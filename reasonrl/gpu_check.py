@@ -201,6 +201,7 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
     import ray
     import torch
 
+    from reasonrl.dataplane.experience import Experience
     from reasonrl.distributed.phases import SLEEP_LEVEL, Phase, PhaseMachine
     from reasonrl.distributed.platform import DEVICE_ENV_VAR
     from reasonrl.distributed.ppo_workers import (
@@ -215,7 +216,6 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
     from reasonrl.distributed.vllm_engine import SamplingConfig, create_vllm_engines
     from reasonrl.distributed.weight_sync import WeightSyncer, resolve_transport, resolve_verify_source
     from reasonrl.distributed.worker_group import WorkerGroup
-    from reasonrl.experience import Experience
     from reasonrl.models import pad_batch
     from reasonrl.models.tiny import tiny_model_path
 

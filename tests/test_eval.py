@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from reasonrl.config import ConfigError
+from reasonrl.dataplane.completion import Completion
 from reasonrl.eval import (
     EvalConfig,
     eval_config_from_cli,
@@ -23,9 +24,8 @@ from reasonrl.eval import (
     summary_table,
     write_outputs,
 )
+from reasonrl.loop.rollout import EvalSet, RolloutMixin, ScoredGeneration
 from reasonrl.rewards import RewardResult
-from reasonrl.rollout import EvalSet, RolloutMixin, ScoredGeneration
-from reasonrl.types import Completion
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD_FIELDS = {
@@ -193,7 +193,7 @@ class InLoopEvalStub(RolloutMixin):
 
 
 def test_in_loop_eval_logs_maj_at_k_for_a_scorer_that_extracts_answers():
-    from reasonrl.trainer import PPOTrainer
+    from reasonrl.loop.trainer import PPOTrainer
 
     math = [
         RewardResult(1.0, True, "correct", extracted="1"),

@@ -19,7 +19,7 @@ import ray
 
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 from reasonrl.exp import BasePPOExp
-from reasonrl.exp_hooks import HookError
+from reasonrl.loop.exp_hooks import HookError
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = [{"id": f"r{i}", "question": f"{i}+1=", "answer": str(i + 1)} for i in range(8)]
@@ -114,7 +114,7 @@ with open(os.environ["RUNS_FILE"], "a") as f:
     f.write(f"{os.getpid()}\\n")
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 from reasonrl.exp import BasePPOExp
-from reasonrl.scoring import MathScorer
+from reasonrl.loop.scoring import MathScorer
 
 class MyExp(BasePPOExp):
     def load_train_rows(self):
@@ -239,3 +239,15 @@ def test_start_roles_orders_engines_before_deepspeed_under_colocate_all(monkeypa
         assert events == together + [("sleep", SLEEP_LEVEL), ("get", "sleep")] + reported
     else:
         assert events == together + reported
+
+
+def test_a_ray_cluster_error_is_raised_as_the_config_error_on_ray_address():
+    """distributed/ has its own error type (it does not import config/); the entry points report it as a ConfigError."""
+    from reasonrl.config import ConfigError
+    from reasonrl.distributed.ray_cluster import RayClusterError
+    from reasonrl.exp import ray_cluster_checked
+
+    with pytest.raises(ConfigError, match=r"no Ray cluster: 1 problem:\n  - ray_address='x:1': nothing there") as info:
+        with ray_cluster_checked():
+            raise RayClusterError("ray_address='x:1': nothing there", title="no Ray cluster")
+    assert info.value.problems == ["ray_address='x:1': nothing there"]

@@ -1,5 +1,6 @@
 """The package layout of ARCHITECTURE.md, checked statically: no import cycle between reasonrl modules, and the
-layering of ``config/``, ``algos/`` and ``rewards/``.
+layering: ``dataplane/`` at the bottom, ``distributed/`` below ``config/`` and the loop, the loop (``loop/``) below
+the entry points only, and what ``config/``, ``algos/`` and ``rewards/`` may import.
 
 Every ``import`` / ``from ... import`` of every module counts, at the top of the file and inside functions (a lazy
 import is still a dependency), relative ones resolved; imports under ``if TYPE_CHECKING:`` do not (they never run).
@@ -20,10 +21,7 @@ PACKAGE_ROOT = Path(reasonrl.__file__).parent
 
 # Known import cycles outside the files of this change, each broken here at ONE named edge so that every other cycle
 # still fails the test; the lead removes an entry when the cycle is fixed (a stale entry fails the test too).
-KNOWN_CYCLE_EDGES = {
-    # config validation calls the memory model (distributed), whose recipe CLI imports reasonrl.config back.
-    ("reasonrl.config.consistency", "reasonrl.distributed.memory_model"): "config/ reaches up into distributed/",
-}
+KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {}
 
 # What config/ may import besides the standard library and itself (ARCHITECTURE.md: "stdlib; names of other
 # packages' registries, never their builders").
@@ -38,30 +36,45 @@ CONFIG_REGISTRY_NAMES = {
     "reasonrl.data.loader.PRESETS",
     "reasonrl.rewards.extract.EXTRACT_MODES",
 }
-# Imports of config/ that reach up for more than a registry's names: pre-existing, outside this change; listed so that
-# no new one creeps in. The lead moves each behind a registry (or out of config/) and removes its entry.
+# Imports of config/ that reach up for more than a registry's names, each lazy (inside a function) and justified in
+# one line; the lead moves each behind a registry (or out of config/) and removes its entry (a stale entry fails).
 KNOWN_CONFIG_REACH_UP = {
-    "reasonrl.data.eval_names.duplicate_sources",  # validate.py: eval set names (data logic)
-    "reasonrl.data.overlap.shared_sources",  # validate.py: train/eval overlap (data logic)
-    "reasonrl.data.sources.DataFormatError",  # validate.py: source checks
-    "reasonrl.data.sources.check_source",
-    "reasonrl.data.sources.parse_source",
-    "reasonrl.distributed.memory_model",  # consistency.py: memory model of a recipe
-    "reasonrl.distributed.placement.PlacementError",  # resources.py, mapping.py: placement planning
-    "reasonrl.distributed.placement.RoleResources",
-    "reasonrl.distributed.placement.VLLMResources",
-    "reasonrl.distributed.placement.check_feasible",
-    "reasonrl.distributed.placement.plan_groups",
-    "reasonrl.distributed.ppo_workers.PolicyLossConfig",  # mapping.py: worker / loss configs
-    "reasonrl.distributed.ppo_workers.ValueLossConfig",
-    "reasonrl.distributed.ppo_workers.WorkerConfig",
-    "reasonrl.rewards.shaping.RewardConfig",  # mapping.py: reward config
+    # validate.py: validate() checks that the data files exist and parse, and that no eval set repeats a training
+    # source or another eval set (data/ never imports config/, so no cycle)
+    "reasonrl.data.eval_names.duplicate_sources",  # two eval sets of one source are refused
+    "reasonrl.data.overlap.shared_sources",  # an eval set that is a training source is refused
+    "reasonrl.data.sources.DataFormatError",  # a malformed data file is a config problem, named with its line
+    "reasonrl.data.sources.check_source",  # the file / folder / Hub id of a data field exists
+    "reasonrl.data.sources.parse_source",  # the same parser the loaders use (one syntax)
+    "reasonrl.distributed.memory_model",  # memory.py, consistency.py: validate() refuses what cannot fit a GPU
+    # resources.py, mapping.py: the pure placement planner (no Ray), so validate() refuses a plan no cluster can hold
+    "reasonrl.distributed.placement_layout.PlacementError",  # a plan that cannot be placed, as a config problem
+    "reasonrl.distributed.placement_layout.RoleResources",  # BasePPOExpConfig.role_resources() builds them
+    "reasonrl.distributed.placement_layout.VLLMResources",
+    "reasonrl.distributed.placement_layout.check_feasible",  # the plan against the cluster's (or machine's) devices
+    "reasonrl.distributed.placement_layout.plan_groups",  # the placement groups the run will ask Ray for
+    # mapping.py: BasePPOExpConfig.worker_config() & co. build the workers' own dataclasses from the fields
+    "reasonrl.distributed.ppo_workers.PolicyLossConfig",  # cfg.policy_loss_config()
+    "reasonrl.distributed.ppo_workers.ValueLossConfig",  # cfg.value_loss_config()
+    "reasonrl.distributed.ppo_workers.WorkerConfig",  # cfg.worker_config(role)
+    "reasonrl.rewards.shaping.RewardConfig",  # cfg.reward_config(): the reward shaping's own dataclass
 }
 # Modules below config/ that config/ may build on: standard library and third-party only, no other reasonrl module
 # (checked below), so that actors can use them without importing config/ (distributed/ never does).
 CONFIG_BUILDS_ON = {
     "reasonrl.utils.hub",  # Hub ids and the HF cache of this process: the driver pins with it, each actor resolves
+    "reasonrl.utils.cpus",  # the logical CPUs of a local Ray instance: init_ray starts it so, validation checks it
 }
+# The packages distributed/ builds on: it never imports config/ (what a worker, the memory model or the Ray helpers
+# need arrives as plain values or dataclasses of distributed/'s own), the loop, sft/ or an entry point.
+DISTRIBUTED_BUILDS_ON = {
+    "reasonrl.algos",  # the workers' losses
+    "reasonrl.dataplane",  # what the workers read and return: Experience, RaggedShard, Sample, Completion
+    "reasonrl.models",  # HF model helpers: log-probs, critic head, batching, attention choice
+    "reasonrl.utils",  # Hub cache, worker logs
+}
+# The modules at the top of reasonrl/ that users type (python -m ...): the only importers of the loop from outside it.
+ENTRY_POINTS = {"reasonrl.exp", "reasonrl.eval", "reasonrl.demo", "reasonrl.gpu_check", "reasonrl.prepare"}
 FORBIDDEN_IN_REWARDS = {"ray", "deepspeed", "vllm"}
 
 
@@ -144,7 +157,7 @@ def module_graph(modules: dict[str, Module]) -> dict[str, set[str]]:
 
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """The module graph collapsed to reasonrl's first-level packages and top-level modules (``reasonrl.config``,
-    ``reasonrl.trainer``, ...); ``reasonrl`` itself is left out."""
+    ``reasonrl.loop.trainer``, ...); ``reasonrl`` itself is left out."""
 
     def top(name: str) -> str:
         return ".".join(name.split(".")[:2])
@@ -258,3 +271,33 @@ def test_rewards_import_no_ray_deepspeed_or_vllm():
     bad = {name: files for name, files in outside.items() if _top(name) in FORBIDDEN_IN_REWARDS}
     bad |= {name: files for name, files in outside.items() if name.startswith("reasonrl.distributed")}
     assert not bad, f"rewards/ must stay free of Ray, DeepSpeed and vLLM: {bad}"
+
+
+def test_the_top_of_reasonrl_holds_entry_points_and_packages_only():
+    top = {path.stem for path in PACKAGE_ROOT.glob("*.py")} - {"__init__"}
+    assert {f"reasonrl.{name}" for name in top} == ENTRY_POINTS, (
+        "a module at the top of reasonrl/ that is no entry point"
+    )
+
+
+def test_the_data_plane_is_at_the_bottom():
+    outside = _outside(load_modules(), "dataplane")
+    bad = {name: files for name, files in outside.items() if _top(name) not in {"torch", "numpy"}}
+    assert not bad, f"dataplane/ sits below the loop and the workers (torch and numpy only): {bad}"
+
+
+def test_distributed_imports_neither_config_nor_the_loop():
+    packages = package_graph(module_graph(load_modules()))
+    bad = packages["reasonrl.distributed"] - DISTRIBUTED_BUILDS_ON
+    assert not bad, f"distributed/ reaches up into {sorted(bad)}; pass plain values or its own dataclasses instead"
+
+
+def test_only_entry_points_import_the_loop():
+    graph = module_graph(load_modules())
+    bad = {
+        module: sorted(t for t in targets if t == "reasonrl.loop" or t.startswith("reasonrl.loop."))
+        for module, targets in graph.items()
+        if module not in ENTRY_POINTS and module != "reasonrl.loop" and not module.startswith("reasonrl.loop.")
+    }
+    bad = {module: targets for module, targets in bad.items() if targets}
+    assert not bad, f"the loop is imported only by the entry points {sorted(ENTRY_POINTS)}: {bad}"

@@ -278,6 +278,7 @@ def _check_colocation(cfg: BasePPOExpConfig, cluster_resources=None) -> list[str
     memory model has no shape for are not checked. On CPU neither applies (sleep is a no-op there)."""
     if not cfg.colocate_all or cfg.resolved_device(cluster_resources) != "gpu":
         return []
+    from reasonrl.config.memory import setup_from_config
     from reasonrl.distributed import memory_model
 
     problems = []
@@ -288,7 +289,7 @@ def _check_colocation(cfg: BasePPOExpConfig, cluster_resources=None) -> list[str
             "vllm_enable_sleep=true, or colocate_all=false (vLLM on its own devices)"
         )
     try:
-        setup = memory_model.setup_from_config(cfg)
+        setup = setup_from_config(cfg)
     except KeyError:
         return problems
     limit = memory_model.max_colocated_utilization(setup)

@@ -11,12 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from reasonrl.config.names import DEVICES
 from reasonrl.config.probes import _gpu_count
+from reasonrl.utils.cpus import CPU_OVERSUBSCRIBE_MIN, local_ray_cpus
 
 if TYPE_CHECKING:
     from reasonrl.config.base import BasePPOExpConfig
-
-# Logical CPUs Ray advertises on a CPU-only machine (roles x bundles need more slots than physical cores).
-CPU_OVERSUBSCRIBE_MIN = 8
 
 
 def starts_local_ray(address: str | None) -> bool:
@@ -27,10 +25,9 @@ def starts_local_ray(address: str | None) -> bool:
 def local_num_cpus(device: str | None) -> int | None:
     """``num_cpus`` of the local Ray instance ``init_ray`` starts for a run on ``device``: on CPU (``"cpu"``, or
     ``"auto"``/None on a machine without a GPU) the machine's cores but at least :data:`CPU_OVERSUBSCRIBE_MIN`;
-    on GPU None (Ray counts the cores itself)."""
-    if device == "gpu" or (device != "cpu" and _gpu_count() > 0):
-        return None
-    return max(CPU_OVERSUBSCRIBE_MIN, os.cpu_count() or 1)
+    on GPU None (Ray counts the cores itself). The rule is :func:`reasonrl.utils.cpus.local_ray_cpus`, the one
+    ``init_ray`` starts the instance with."""
+    return local_ray_cpus(device == "gpu" or (device != "cpu" and _gpu_count() > 0))
 
 
 def check_resources(
@@ -43,7 +40,7 @@ def check_resources(
     ``nodes`` (``ray.cluster_resources()`` / ``ray.nodes()``) whether that cluster can hold it; without them and
     without ``ray_address`` / ``RAY_ADDRESS`` (``structural_ok``: no other problem) whether the local Ray instance
     the run starts on this machine can."""
-    from reasonrl.distributed.placement import PlacementError, check_feasible, plan_groups
+    from reasonrl.distributed.placement_layout import PlacementError, check_feasible, plan_groups
 
     if cfg.device not in DEVICES:
         return []  # reported by _check_names
@@ -75,7 +72,7 @@ def check_resources(
 def _local_problems(cfg: BasePPOExpConfig, requests: list) -> list[str]:
     """The local Ray instance ``init_ray`` will start on this machine: enough GPUs (``torch.cuda.device_count()``,
     or 0 at once on a machine without a GPU driver) and logical CPUs (:func:`local_num_cpus`) for ``requests``."""
-    from reasonrl.distributed.placement import PlacementError, check_feasible, plan_groups
+    from reasonrl.distributed.placement_layout import PlacementError, check_feasible, plan_groups
 
     count = 0 if cfg.device == "cpu" else _gpu_count()
     device = "cpu" if cfg.device == "cpu" or (cfg.device == "auto" and count == 0) else "gpu"

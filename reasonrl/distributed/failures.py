@@ -40,7 +40,7 @@ def dead_roles(actors: Iterable[tuple[str, object]], timeout_s: float = 30.0) ->
 
 
 def run_actors(roles) -> list[tuple[str, object]]:
-    """Every actor of a :class:`reasonrl.trainer.Roles`, named ``policy[0]``, ``engine[1]``, ..."""
+    """Every actor of a :class:`reasonrl.loop.trainer.Roles`, named ``policy[0]``, ``engine[1]``, ..."""
     out = []
     for role in ("policy", "ref", "critic", "reward_model"):
         group = getattr(roles, role)

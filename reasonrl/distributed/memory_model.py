@@ -30,14 +30,15 @@ Formulas (``P`` parameters, ``N`` the role's data-parallel size, ``w`` bytes per
 Not modelled: the CUDA context (~0.5 GB per process, two processes per device under colocation), allocator
 fragmentation, NCCL buffers; :data:`HEADROOM` keeps 8 GB of an 80 GB device for them.
 
-    python -m reasonrl.distributed.memory_model --recipe qwen7b_ppo      # one recipe's table
-    python -m reasonrl.distributed.memory_model --all                    # every GPU recipe (docs/memory.md)
+This module knows no config: it takes a :class:`Setup` of plain values (a config's:
+:func:`reasonrl.config.memory.setup_from_config`). The tables of the GPU recipes (docs/memory.md)::
+
+    python -m playground memory --recipe qwen7b_ppo      # one recipe's table
+    python -m playground memory --all                    # every GPU recipe
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -49,7 +50,6 @@ DEVICE_BYTES = 80 * GB
 HEADROOM = 8 * GB
 """Kept free for what is not modelled (CUDA contexts, fragmentation, NCCL buffers)."""
 COLOCATED_PHASES = COLOCATED_STEP
-GPU_RECIPES = ("qwen0p5b_ppo_1gpu", "qwen1p5b_ppo", "qwen7b_ppo", "qwen7b_grpo", "qwen7b_dapo", "qwen32b_ppo")
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,8 @@ QWEN25: Mapping[str, ModelShape] = {
 
 @dataclass(frozen=True)
 class Setup:
-    """What sizes one step: the model and the experiment's memory settings (see :func:`setup_from_config`)."""
+    """What sizes one step: the model and the experiment's memory settings, as plain values (a config's:
+    :func:`reasonrl.config.memory.setup_from_config`)."""
 
     model: ModelShape
     zero_stage: int = 3
@@ -109,32 +110,6 @@ class Setup:
     colocate_all: bool = True
     sync_bucket_mb: int = 256
     device_bytes: int = DEVICE_BYTES
-
-
-def setup_from_config(cfg, model: ModelShape | None = None, device_bytes: int = DEVICE_BYTES) -> Setup:
-    """A :class:`Setup` from a ``BasePPOExpConfig``; ``model`` defaults to :data:`QWEN25` [``cfg.pretrain``]."""
-    shape = model or QWEN25.get((cfg.pretrain or "").partition("@")[0])  # a Hub id at any revision (pinned too)
-    if shape is None:
-        raise KeyError(f"pretrain={cfg.pretrain!r}: no model shape known; pass model=ModelShape(...) from its config")
-    return Setup(
-        model=shape,
-        zero_stage=cfg.zero_stage,
-        policy_dp=cfg.policy_world_size,
-        critic_dp=cfg.critic_world_size if cfg.use_critic else 0,
-        ref_dp=cfg.ref_num_nodes * cfg.ref_devices_per_node if cfg.use_reference else 0,
-        reward_dp=cfg.reward_num_nodes * cfg.reward_devices_per_node if cfg.use_reward_model else 0,
-        bf16=cfg.bf16,
-        gradient_checkpointing=cfg.gradient_checkpointing,
-        optimizer_offload=cfg.optimizer_offload,
-        ref_offload_params=cfg.ref_offload_params,
-        micro_batch_tokens=cfg.max_tokens_per_micro_batch,
-        vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-        vllm_tensor_parallel_size=cfg.vllm_tensor_parallel_size,
-        vllm_enable_sleep=cfg.vllm_enable_sleep,
-        colocate_all=cfg.colocate_all,
-        sync_bucket_mb=cfg.sync_bucket_mb,
-        device_bytes=device_bytes,
-    )
 
 
 # ---------------------------------------------------------------------- components (bytes on one device)
@@ -275,21 +250,6 @@ def max_colocated_utilization(s: Setup) -> float:
 
 
 # ---------------------------------------------------------------------- report
-def recipe_config(name: str):
-    """The default config of ``playground/<name>.py`` (its one ``BasePPOExpConfig`` subclass defined there)."""
-    from reasonrl.config import BasePPOExpConfig
-
-    module = importlib.import_module(f"playground.{name}")
-    classes = [
-        v
-        for v in vars(module).values()
-        if isinstance(v, type) and issubclass(v, BasePPOExpConfig) and v.__module__ == module.__name__
-    ]
-    if len(classes) != 1:
-        raise ValueError(f"playground/{name}.py: expected one config class, found {len(classes)}")
-    return classes[0]()
-
-
 def format_table(name: str, s: Setup) -> str:
     """Markdown table of :func:`step_table` in GB (10^9 bytes)."""
     table = step_table(s)
@@ -314,18 +274,3 @@ def format_table(name: str, s: Setup) -> str:
     if s.colocate_all:
         lines.append(f"Largest vllm_gpu_memory_utilization under colocation: {max_colocated_utilization(s):.2f}.")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--recipe", help="a playground recipe, e.g. qwen7b_ppo")
-    group.add_argument("--all", action="store_true", help="every GPU recipe")
-    args = parser.parse_args(argv)
-    names = GPU_RECIPES if args.all else (args.recipe,)
-    print("\n\n".join(format_table(n, setup_from_config(recipe_config(n))) for n in names))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

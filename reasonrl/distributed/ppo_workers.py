@@ -8,7 +8,7 @@ samples repeats a zero-weighted micro-batch (see :func:`equalised_micro_batches`
 Math lives in ``reasonrl.algos`` (losses, aggregation, KL) and ``reasonrl.models`` (log-probs, values, batching);
 DeepSpeed calls live in ``reasonrl.distributed.deepspeed_engine``.
 
-Data plane: the forward passes take a :class:`reasonrl.experience.RaggedShard` of token ids and return flat
+Data plane: the forward passes take a :class:`reasonrl.dataplane.experience.RaggedShard` of token ids and return flat
 per-response-token outputs (``ragged_logprobs`` / ``ragged_values``). For the updates, each rank receives its shard
 of the whole step once (``set_step_data``); every optimizer step then names only the positions of its mini-batch
 in that shard (``update_mini_batch``). ``update(experience, ...)`` takes a whole mini-batch directly.
@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from loguru import logger
 
+from reasonrl.dataplane.experience import Experience, RaggedShard, Sample, flatten_padded
 from reasonrl.distributed import deepspeed_engine as ds
 from reasonrl.distributed import hf_export
 from reasonrl.distributed.attention_choice import resolve_here
@@ -30,7 +31,6 @@ from reasonrl.distributed.ds_config import build_ds_config
 from reasonrl.distributed.optim_setup import make_lr_scheduler
 from reasonrl.distributed.platform import dist_backend
 from reasonrl.distributed.workers import DistributedWorker
-from reasonrl.experience import Experience, RaggedShard, Sample, flatten_padded
 from reasonrl.utils.hub import local_model_folder
 
 

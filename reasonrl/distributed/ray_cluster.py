@@ -8,8 +8,8 @@ each other, so time-sharing the cores is fine). On GPU clusters the real resourc
 call bounded by a short timeout: ``ray.init`` on an address where no cluster answers retries for minutes (Ray
 2.60: 20 connection attempts, each waiting up to about 35 s for the GCS), so an unreachable address, a port that
 is not a Ray cluster (the dashboard's 8265, say) or ``auto`` without a running cluster is refused at once with a
-:class:`~reasonrl.config.ConfigError` naming ``ray_address``. Importing this module imports neither Ray nor
-torch.
+:class:`RayClusterError` naming ``ray_address`` (its own type: ``distributed/`` does not import ``config/``; the entry
+points report it as the config error it is). Importing this module imports neither Ray nor torch.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import sys
 
 from loguru import logger
 
-from reasonrl.config.errors import ConfigError
-from reasonrl.config.resources import local_num_cpus
+from reasonrl.utils.cpus import local_ray_cpus
 
 # Seconds the address check may take (one gRPC call); a cluster head answers in milliseconds.
 ADDRESS_PROBE_TIMEOUT_S = 1.5
@@ -33,6 +32,17 @@ _HOW = (
     "host:port (6379 by default; not the dashboard's 8265), or set ray_address=none (and unset RAY_ADDRESS) to start "
     "a local Ray instance"
 )
+
+
+class RayClusterError(ValueError):
+    """No Ray cluster answers at the address the run was given (``ray_address`` / ``RAY_ADDRESS``), or Ray refused to
+    connect: raised before any actor starts. ``problems`` and ``title`` as in ``reasonrl.config.ConfigError``, which
+    the entry points raise from it (``ConfigError(err.problems, title=err.title)``)."""
+
+    def __init__(self, problem: str, title: str):
+        self.problems = [problem]
+        self.title = title
+        super().__init__(f"{title}: 1 problem:\n  - {problem}")
 
 
 def ray_address_file() -> str:
@@ -49,7 +59,7 @@ def resolve_ray_address(address: str | None) -> tuple[str | None, str]:
     """``(target, origin)``: the address ``init_ray(address)`` connects to (None: it starts a local instance) and
     how it was found, for messages. ``"auto"`` means ``RAY_ADDRESS``, else the cluster the last ``ray start`` on
     this machine recorded (:func:`ray_address_file`). Unlike Ray's own ``auto``, a Ray instance another process
-    started with ``ray.init()`` is never joined. Raises :class:`ConfigError` when ``auto`` finds nothing."""
+    started with ``ray.init()`` is never joined. Raises :class:`RayClusterError` when ``auto`` finds nothing."""
     env = os.environ.get("RAY_ADDRESS", "").strip()
     if not address:
         return (env, f"ray_address=none takes RAY_ADDRESS={env!r} from the environment") if env else (None, "")
@@ -64,11 +74,9 @@ def resolve_ray_address(address: str | None) -> tuple[str | None, str]:
     except OSError:
         recorded = ""
     if not recorded:
-        raise ConfigError(
-            [
-                f"ray_address='auto' found no running Ray cluster: RAY_ADDRESS is not set and {path} (written by "
-                f"`ray start`) does not exist: {_HOW}"
-            ],
+        raise RayClusterError(
+            f"ray_address='auto' found no running Ray cluster: RAY_ADDRESS is not set and {path} (written by "
+            f"`ray start`) does not exist: {_HOW}",
             title="no Ray cluster",
         )
     return recorded, f"ray_address='auto' resolves to {recorded!r} (recorded by the last `ray start` in {path})"
@@ -121,7 +129,7 @@ def _probe(target: str, host: str, port: int, timeout: float) -> str | None:
 def check_ray_address(address: str | None, timeout: float = ADDRESS_PROBE_TIMEOUT_S) -> str | None:
     """The address ``init_ray(address)`` will connect to (None: a new local instance), after checking that a Ray
     cluster answers there within ``timeout`` seconds (one gRPC call of its GCS, :func:`_probe`).
-    Raises :class:`ConfigError` naming ``ray_address`` (and ``RAY_ADDRESS`` when it came from there)."""
+    Raises :class:`RayClusterError` naming ``ray_address`` (and ``RAY_ADDRESS`` when it came from there)."""
     target, origin = resolve_ray_address(address)
     if target is None:
         return None
@@ -131,10 +139,10 @@ def check_ray_address(address: str | None, timeout: float = ADDRESS_PROBE_TIMEOU
             f"{origin}: not an address: give host:port (e.g. 10.0.0.1:6379), ray://host:port for Ray Client, "
             "'auto' for the cluster `ray start` started on this machine, or none for a local Ray instance"
         )
-        raise ConfigError([problem], title="bad Ray address")
+        raise RayClusterError(problem, title="bad Ray address")
     failure = _probe(target, *parsed, timeout=timeout)
     if failure is not None:
-        raise ConfigError([f"{origin}: no Ray cluster at {target} ({failure}): {_HOW}"], title="no Ray cluster")
+        raise RayClusterError(f"{origin}: no Ray cluster at {target} ({failure}): {_HOW}", title="no Ray cluster")
     return target
 
 
@@ -148,12 +156,13 @@ def init_ray(
     """Connect to ``address`` (``"auto"`` after ``ray start --head``, or host:port) or, without an address and
     without ``RAY_ADDRESS``, start a new local Ray instance (never joining one another process started).
 
-    The address is checked first (:func:`check_ray_address`, :class:`ConfigError` when no cluster answers), and a
-    connection Ray refuses is a :class:`ConfigError` too. ``device`` (the config's ``device``) sizes the local
-    instance (:func:`local_num_cpus`) unless ``num_cpus`` is given. Every worker process of a local instance
-    inherits :func:`reasonrl.distributed.platform.runtime_env_vars` of this machine; on a cluster joined by address
-    only the device-independent :func:`~reasonrl.distributed.platform.common_env_vars` (the driver's machine says
-    nothing about the workers' devices: each actor gets its placement's environment, ``RolePlacement.actor_options``).
+    The address is checked first (:func:`check_ray_address`, :class:`RayClusterError` when no cluster answers), and
+    a connection Ray refuses is a :class:`RayClusterError` too. ``device`` (the config's ``device``) sizes the local
+    instance (:func:`reasonrl.utils.cpus.local_ray_cpus`) unless ``num_cpus`` is given. Every worker process of a
+    local instance inherits :func:`reasonrl.distributed.platform.runtime_env_vars` of this machine; on a cluster
+    joined by address only the device-independent :func:`~reasonrl.distributed.platform.common_env_vars` (the
+    driver's machine says nothing about the workers' devices: each actor gets its placement's environment,
+    ``RolePlacement.actor_options``).
     Returns the cluster's resources. Calling it twice is harmless (the second call returns the running cluster's
     resources). ``ray_kwargs`` go to ``ray.init`` as they are (e.g. ``_temp_dir``).
     """
@@ -172,13 +181,12 @@ def init_ray(
         try:
             ray.init(address=target, **kwargs)
         except ConnectionError as err:
-            raise ConfigError(
-                [f"ray_address={address!r}: Ray could not connect to {target} ({err}): {_HOW}"],
-                title="no Ray cluster",
+            raise RayClusterError(
+                f"ray_address={address!r}: Ray could not connect to {target} ({err}): {_HOW}", title="no Ray cluster"
             ) from err
     else:
         if num_cpus is None:
-            num_cpus = local_num_cpus(device)
+            num_cpus = local_ray_cpus(local_gpu)
         ray.init(address="local", num_cpus=num_cpus, object_store_memory=object_store_memory, **kwargs)
     resources = ray.cluster_resources()
     logger.info(f"Ray cluster resources: { {k: v for k, v in resources.items() if not k.startswith('node:')} }")

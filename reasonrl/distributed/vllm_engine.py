@@ -23,10 +23,10 @@ from typing import Any
 
 from loguru import logger
 
+from reasonrl.dataplane.completion import Completion
 from reasonrl.distributed.engine_residency import EngineResidency
 from reasonrl.distributed.platform import apply_runtime_env, placed_device
 from reasonrl.distributed.vllm_worker_extension import WeightBroadcastReceiver
-from reasonrl.types import Completion
 from reasonrl.utils.hub import local_model_folder
 from reasonrl.utils.worker_logs import install_worker_log_sink
 

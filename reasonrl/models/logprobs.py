@@ -11,7 +11,7 @@ the reference must score tokens under that same tempered distribution::
     log p_T(a) = z_a / T - logsumexp(z / T)
 
 so the policy's old and new log-probs (and the reference's) are computed here with ``temperature=T``, the value
-vLLM sampled at. vLLM's default ``raw_logprobs`` (what ``reasonrl.types.Completion.logprobs`` holds) are
+vLLM sampled at. vLLM's default ``raw_logprobs`` (what ``reasonrl.dataplane.completion.Completion.logprobs`` holds) are
 ``log softmax(z)`` at temperature 1, BEFORE temperature and top-k/top-p: they equal ``response_logprobs(...,
 temperature=1.0)`` and are the sampler's distribution only when T = 1 (ORZ samples at T = 1, top_p = 1,
 top_k = -1). From raw log-probs alone p_T cannot be recovered (it needs logsumexp over all logits); vLLM's

@@ -238,7 +238,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     from reasonrl.distributed.model_check import ModelsNotOnNodesError, check_models_on_nodes
     from reasonrl.distributed.placement import RoleResources, build_placement
     from reasonrl.distributed.ppo_workers import WorkerConfig
-    from reasonrl.distributed.ray_cluster import init_ray
+    from reasonrl.distributed.ray_cluster import RayClusterError, init_ray
     from reasonrl.distributed.worker_group import WorkerGroup
     from reasonrl.models import attention_summary
     from reasonrl.sft.worker import SFTWorker
@@ -263,7 +263,10 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     logger.info(f"SFT: {len(train)} training pairs, {len(evals)} held-out pairs, {steps} steps, model {model_path}")
 
     started_ray = not ray.is_initialized()
-    init_ray(cfg.ray_address)
+    try:
+        init_ray(cfg.ray_address)
+    except RayClusterError as err:  # distributed/ has its own error type; here it is a config error on ray_address
+        raise ConfigError(err.problems, title=err.title) from err
     plan = group = None
     try:
         plan = build_placement(

@@ -188,7 +188,7 @@ SCALARS: tuple[Scalar, ...] = (
     ),
     Scalar("reward/rule_mean", "mean rule (or reward_fn) reward alone, when a reward model adds its score"),
     Scalar("reward/greedy_baseline_mean", "remax: mean final reward of the greedy response per prompt"),
-    # evaluation (on steps that evaluate), see reasonrl.eval_metrics
+    # evaluation (on steps that evaluate), see reasonrl.loop.eval_metrics
     Scalar("eval/<dataset>/avg@k", "mean accuracy over k samples per prompt, averaged over the dataset's prompts"),
     Scalar("eval/<dataset>/pass@k", "unbiased pass@k: chance that one of k samples is correct, averaged over prompts"),
     Scalar("eval/<dataset>/maj@k", "majority answer of k samples is correct (math scorer), averaged over prompts"),

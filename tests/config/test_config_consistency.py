@@ -61,11 +61,11 @@ def test_colocate_all_on_gpu_needs_sleep_and_a_utilisation_that_leaves_room():
     on CPU (sleep is a no-op, no device memory budget) neither applies."""
     import dataclasses
 
+    from playground import recipe_config
     from reasonrl.config.consistency import _check_colocation
-    from reasonrl.distributed.memory_model import recipe_config
 
     gpus = {"GPU": 32.0}
-    cfg = recipe_config("qwen7b_ppo")
+    cfg = recipe_config("qwen7b_ppo")()
     assert _check_colocation(cfg, gpus) == []
     no_sleep = dataclasses.replace(cfg, vllm_enable_sleep=False)
     (problem,) = _check_colocation(no_sleep, gpus)
@@ -75,5 +75,5 @@ def test_colocate_all_on_gpu_needs_sleep_and_a_utilisation_that_leaves_room():
     assert "vllm_gpu_memory_utilization=0.95" in problem and "<= 0.89" in problem
     assert _check_colocation(dataclasses.replace(no_sleep, device="cpu"), gpus) == []
     assert _check_colocation(dataclasses.replace(greedy, device="auto"), {"CPU": 8.0}) == []
-    split = recipe_config("qwen32b_ppo")  # vLLM on its own devices, never asleep: fine
+    split = recipe_config("qwen32b_ppo")()  # vLLM on its own devices, never asleep: fine
     assert _check_colocation(split, {"GPU": 128.0}) == []

@@ -182,7 +182,7 @@ def test_memory_model_evaluates_the_machines_step():
 
 def test_trainer_serialises_forwards_only_under_colocate_all():
     """make_experience: ref/critic/policy forwards one after the other on shared devices, concurrent otherwise."""
-    from reasonrl.trainer import PPOTrainer, Roles
+    from reasonrl.loop.trainer import PPOTrainer, Roles
 
     def run(colocate_all: bool, reuse: bool = False) -> list[str]:
         events: list[str] = []

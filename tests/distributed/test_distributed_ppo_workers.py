@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from sync_faults import check_sync_faults, drop_layer_on_apply
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
+from reasonrl.dataplane.experience import Experience, flatten_padded
 from reasonrl.distributed.ppo_workers import (
     CriticWorker,
     PolicyLossConfig,
@@ -25,7 +26,6 @@ from reasonrl.distributed.ppo_workers import (
 from reasonrl.distributed.vllm_engine import SamplingConfig
 from reasonrl.distributed.weight_sync import WeightSyncer
 from reasonrl.distributed.worker_group import WorkerGroup, put_per_rank
-from reasonrl.experience import Experience, flatten_padded
 from reasonrl.models import load_critic, pad_batch, response_logprobs, response_values
 
 pytestmark = pytest.mark.integration
@@ -106,7 +106,7 @@ def test_critic_values_match_plain_critic(ray_cluster, config, tiny_model_dir):
     import types
 
     from reasonrl.algos import value_loss
-    from reasonrl.experience import rank_mini_batches, stitch_rank_outputs
+    from reasonrl.loop.mini_batches import rank_mini_batches, stitch_rank_outputs
 
     samples = make_samples(8, seed=1)
     lengths = torch.tensor([len(r) for _, r in samples])

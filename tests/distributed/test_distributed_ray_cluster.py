@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 import reasonrl.distributed.ray_cluster as rc
-from reasonrl.config import ConfigError, resources
+from reasonrl.config import resources
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +48,7 @@ def test_no_address_starts_a_local_instance_unless_ray_address_is_set(monkeypatc
 
 
 def test_auto_reads_the_ray_start_record_and_refuses_without_one(tmp_path):
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(rc.RayClusterError) as info:
         rc.resolve_ray_address("auto")
     assert "ray_address='auto' found no running Ray cluster" in str(info.value)
     assert str(tmp_path / "ray" / "ray_current_cluster") in str(info.value)
@@ -73,13 +73,13 @@ def test_address_file_is_where_ray_looks(env, monkeypatch):
 
 @pytest.mark.parametrize("address", ["local", "foo", "10.0.0.1", "10.0.0.1:notaport", "10.0.0.1:70000", "h:0"])
 def test_malformed_address_is_refused_naming_the_field(address):
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(rc.RayClusterError) as info:
         rc.check_ray_address(address)
     assert f"ray_address={address!r}: not an address" in str(info.value)
 
 
 def test_refused_port_is_refused_at_once():
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(rc.RayClusterError) as info:
         rc.check_ray_address("127.0.0.1:1", timeout=1.0)
     assert "ray_address='127.0.0.1:1': no Ray cluster at 127.0.0.1:1 (unreachable" in str(info.value)
     assert "ray start --head" in str(info.value)
@@ -89,7 +89,7 @@ def test_a_web_server_is_not_a_cluster():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        with pytest.raises(ConfigError) as info:
+        with pytest.raises(rc.RayClusterError) as info:
             rc.check_ray_address(f"127.0.0.1:{server.server_address[1]}", timeout=1.0)
     finally:
         server.shutdown()
@@ -99,7 +99,7 @@ def test_a_web_server_is_not_a_cluster():
 def test_a_grpc_server_without_the_gcs_method_is_not_a_cluster():
     server, address = _grpc_server(None)
     try:
-        with pytest.raises(ConfigError) as info:
+        with pytest.raises(rc.RayClusterError) as info:
             rc.check_ray_address(address, timeout=1.0)
     finally:
         server.stop(None)
@@ -124,7 +124,7 @@ def test_a_silent_server_times_out_within_the_bound():
     listener.listen()  # accepts TCP (kernel backlog) but never speaks
     try:
         start = time.perf_counter()
-        with pytest.raises(ConfigError) as info:
+        with pytest.raises(rc.RayClusterError) as info:
             rc.check_ray_address(f"127.0.0.1:{listener.getsockname()[1]}", timeout=0.5)
         assert time.perf_counter() - start < 2.0
     finally:
@@ -144,7 +144,7 @@ def test_init_ray_refuses_before_ray_init_and_starts_local_explicitly(monkeypatc
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8.0})
-    with pytest.raises(ConfigError, match="ray_address='127.0.0.1:1'"):
+    with pytest.raises(rc.RayClusterError, match="ray_address='127.0.0.1:1'"):
         rc.init_ray("127.0.0.1:1")
     assert calls == []  # ray.init never ran
     assert rc.init_ray(None, device="cpu") == {"CPU": 8.0}
@@ -155,7 +155,7 @@ def test_init_ray_refuses_before_ray_init_and_starts_local_explicitly(monkeypatc
 
     monkeypatch.setattr(ray, "init", refuse)
     monkeypatch.setattr(rc, "_probe", lambda *args, **kwargs: None)
-    with pytest.raises(ConfigError, match=r"ray_address='10\.0\.0\.1:6379': Ray could not connect"):
+    with pytest.raises(rc.RayClusterError, match=r"ray_address='10\.0\.0\.1:6379': Ray could not connect"):
         rc.init_ray("10.0.0.1:6379")
 
 

@@ -112,10 +112,10 @@ def test_bf16_sync_check_on_the_real_stack(bf16_engine, tiny_model_dir):
     import torch
     from sync_faults import check_sync_faults
 
+    from reasonrl.dataplane.experience import Experience
     from reasonrl.distributed.ppo_workers import PolicyLossConfig, PolicyWorker, WorkerConfig
     from reasonrl.distributed.weight_sync import WeightSyncer
     from reasonrl.distributed.worker_group import WorkerGroup
-    from reasonrl.experience import Experience
     from reasonrl.models import pad_batch
 
     policy = WorkerGroup(PolicyWorker, world_size=1, num_cpus_per_actor=0.5, timeout_s=120)

@@ -103,7 +103,7 @@ def test_derive_seed_stable_distinct_and_in_range():
 def test_derive_seed_is_the_same_in_another_process_which_imports_no_heavy_stack():
     code = (
         "import sys\n"
-        "import reasonrl.eval_metrics, reasonrl.utils.checkpoint, reasonrl.utils.plots, reasonrl.utils.tracking\n"
+        "import reasonrl.loop.eval_metrics, reasonrl.utils.checkpoint, reasonrl.utils.plots, reasonrl.utils.tracking\n"
         "from reasonrl.utils.rng import derive_seed\n"
         "print(derive_seed(42, 3, 'gen', 17))\n"
         "print(sorted(m for m in ('ray', 'deepspeed', 'vllm') if m in sys.modules))\n"

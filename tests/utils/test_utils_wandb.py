@@ -77,7 +77,7 @@ def test_tensorboard_never_imports_wandb(tmp_path):
     script = textwrap.dedent(
         f"""
         import json, sys
-        import reasonrl.exp, reasonrl.trainer
+        import reasonrl.exp, reasonrl.loop.trainer
         from reasonrl.utils.tracking import Tracker
         with Tracker({str(tmp_path)!r}, "tb", progress_bar=True, tracker="tensorboard") as tracker:
             tracker.set_phase("generate")

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from playground.tiny_ppo_cpu import TinyPPOCPUConfig
-from reasonrl.scoring import ExactMatchScorer, RoutingScorer, build_scorer, exact_key, routing_problems
-from reasonrl.types import Completion
+from reasonrl.dataplane.completion import Completion
+from reasonrl.loop.scoring import ExactMatchScorer, RoutingScorer, build_scorer, exact_key, routing_problems
 
-FIXTURE = Path(__file__).parent / "fixtures" / "toy_rewards.py"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "toy_rewards.py"
 GYM_TRAIN = "gym:basic_arithmetic:size=4:seed=3"
 
 
@@ -161,8 +161,8 @@ def test_math_only_run_never_imports_reasoning_gym(tmp_path):
             """
             import sys
             from playground.tiny_ppo_cpu import TinyPPOCPUConfig
-            from reasonrl.scoring import build_scorer, routing_problems
-            from reasonrl.types import Completion
+            from reasonrl.loop.scoring import build_scorer, routing_problems
+            from reasonrl.dataplane.completion import Completion
 
 
             def gym_imported(_):
@@ -185,7 +185,7 @@ def test_math_only_run_never_imports_reasoning_gym(tmp_path):
         )
     )
     proc = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1]
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2]
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "[1.0, 0.0] ['math'] False [False]"

@@ -1,6 +1,6 @@
-"""``reasonrl.rollout_stream``: scoring completions as they arrive, and releasing the kept samples in the rollout's
+"""``reasonrl.loop.rollout_stream``: scoring completions as they arrive, and releasing the kept samples in the rollout's
 order as soon as their prompt groups are decided. Plain asyncio: the engines are async generators here;
-tests/test_trainer_split_placement.py and test_trainer_features.py run the same code on real Ray + vLLM
+tests/loop/test_trainer_split_placement.py and test_trainer_features.py run the same code on real Ray + vLLM
 engines."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from reasonrl.rollout import _group_has_signal
-from reasonrl.rollout_stream import KeptRelease, score_as_they_arrive
-from reasonrl.types import Completion
+from reasonrl.dataplane.completion import Completion
+from reasonrl.loop.rollout import _group_has_signal
+from reasonrl.loop.rollout_stream import KeptRelease, score_as_they_arrive
 
 
 def completion(p: int, k: int) -> Completion:

@@ -1,12 +1,12 @@
 """Rollout of one training step: generate with every vLLM engine, score (rule or user reward, plus the learned
 reward model), DAPO dynamic sampling, the ReMax greedy baseline, and the step's rollout metrics.
 
-Scoring is streamed (``generate_and_score``, :mod:`reasonrl.rollout_stream`): with ``stream_rollout`` each
+Scoring is streamed (``generate_and_score``, :mod:`reasonrl.loop.rollout_stream`): with ``stream_rollout`` each
 completion as soon as its engine finishes it, else each engine's part as soon as that engine returns (as ORZ
 does), while the engines still generate; the assembled order is prompt-major either way. ``rollout(on_kept=...)``
 hands the samples the step keeps to the forwards as soon as that is known.
 
-``RolloutMixin`` is part of :class:`reasonrl.trainer.PPOTrainer` (it uses the trainer's ``cfg``, ``roles``,
+``RolloutMixin`` is part of :class:`reasonrl.loop.trainer.PPOTrainer` (it uses the trainer's ``cfg``, ``roles``,
 ``tokenizer``, ``template``, ``scorer``, ``sampler``, ``reward_model_encoder`` and ``global_step``); it lives here so
 each file keeps one job.
 """
@@ -22,10 +22,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import torch
 
 from reasonrl import algos
+from reasonrl.dataplane.completion import Completion
 from reasonrl.distributed.worker_group import gather_all
+from reasonrl.loop.rollout_stream import KeptRelease, OnReady, score_as_they_arrive
 from reasonrl.rewards.repetition import repetition_stats
-from reasonrl.rollout_stream import KeptRelease, OnReady, score_as_they_arrive
-from reasonrl.types import Completion
 from reasonrl.utils.rng import derive_seed
 
 
@@ -176,7 +176,7 @@ class RolloutMixin:
         on_ready: OnReady | None = None,
         ready_when_scored: bool = True,
     ) -> ScoredGeneration:
-        """``generate`` + ``score``, streamed (:func:`reasonrl.rollout_stream.score_as_they_arrive`): completions
+        """``generate`` + ``score``, streamed (:func:`reasonrl.loop.rollout_stream.score_as_they_arrive`): completions
         are scored as they arrive (each one as it finishes with ``stream_rollout``, else each engine's part), one
         scorer call at a time, while the engines still generate.
 
@@ -202,7 +202,7 @@ class RolloutMixin:
         """Evaluate one eval set: the first ``eval_max_prompts`` rows, ``eval_n_samples`` samples each at
         ``eval_temperature``, seeded by ``(seed, "eval", name)``, scored (streamed) by the training scorer.
         The trainer's in-loop eval and ``python -m reasonrl.eval`` both call this, so they agree."""
-        from reasonrl.eval_metrics import vote_keys
+        from reasonrl.loop.eval_metrics import vote_keys
 
         cfg = self.cfg
         rows = list(rows)[: cfg.eval_max_prompts] if cfg.eval_max_prompts else list(rows)
@@ -261,7 +261,7 @@ class RolloutMixin:
         asynchronous rollout launched ahead passes the step it is for, so its seeds equal the synchronous loop's).
 
         ``on_kept``: receives the samples the step will train on, in the returned order, as soon as that is known
-        (:class:`reasonrl.rollout_stream.KeptRelease`): on arrival without dynamic sampling, once a prompt group is
+        (:class:`reasonrl.loop.rollout_stream.KeptRelease`): on arrival without dynamic sampling, once a prompt group is
         scored with it; after the try's reward-model pass when that pass decides (dynamic sampling) or shares its
         devices with the critic (``colocate_critic_reward``)."""
         seed_step = self.global_step if seed_step is None else seed_step

@@ -41,6 +41,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from reasonrl.dataplane.completion import Completion
 from reasonrl.rewards import (
     RewardConfig,
     RewardResult,
@@ -52,7 +53,6 @@ from reasonrl.rewards import (
     score_responses,
 )
 from reasonrl.rewards.normalize import clean_latex, unwrap_text
-from reasonrl.types import Completion
 
 DATA_SOURCE_FIELD = "data_source"
 ROUTES = ("math", "exact_match", "gym", "gym:<task>", "user")

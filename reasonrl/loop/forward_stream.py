@@ -22,9 +22,10 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import torch
 
+from reasonrl.dataplane.completion import Completion
+from reasonrl.dataplane.experience import Experience, padded_from_flat
 from reasonrl.distributed.worker_group import gather_all, put_per_rank
-from reasonrl.experience import Experience, padded_from_flat, stitch_rank_outputs
-from reasonrl.types import Completion
+from reasonrl.loop.mini_batches import stitch_rank_outputs
 
 # run_chunk(samples) -> {role: [len(samples), max response length of the chunk] float tensor, or None}
 RunChunk = Callable[[list[Completion]], Awaitable[dict[str, torch.Tensor | None]]]
@@ -151,12 +152,13 @@ class ForwardChunks:
 
 
 class ForwardsMixin:
-    """The step's forwards, part of :class:`reasonrl.trainer.PPOTrainer` (it uses the trainer's ``cfg`` and
+    """The step's forwards, part of :class:`reasonrl.loop.trainer.PPOTrainer` (it uses the trainer's ``cfg`` and
     ``roles``); here so each file keeps one job."""
 
     def forward_chunks(self, *, launch_when_full: bool) -> ForwardChunks:
         """The step's forwards in chunks of at most ``forward_chunk_tokens`` (default: one micro-batch's budget per
-        policy rank), streamed or not (:mod:`reasonrl.forward_stream`); one chunk after the other under colocate_all."""
+        policy rank), streamed or not (:mod:`reasonrl.loop.forward_stream`); one chunk after the other under
+        colocate_all."""
         cfg = self.cfg
         tokens = cfg.forward_chunk_tokens or self.roles.policy.world_size * cfg.max_tokens_per_micro_batch
         sequential = cfg.colocate_all and not launch_when_full

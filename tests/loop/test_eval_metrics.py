@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from reasonrl.eval_metrics import (
+from reasonrl.loop.eval_metrics import (
     answer_vote_key,
     avg_at_k,
     eval_scalars,

@@ -3,7 +3,7 @@ are scored as soon as engine e returns; with ``stream_rollout=true`` each comple
 way the assembled completions/results equal the non-streaming ``score(generate(...))``.
 
 The engines are fakes (``generate.remote`` returns an asyncio task, ``generate_stream`` yields one completion at a
-time): this is a unit test of the logic around the engines; tests/test_trainer.py,
+time): this is a unit test of the logic around the engines; tests/loop/test_trainer.py,
 test_trainer_split_placement.py and test_trainer_features.py run the same code on real Ray + vLLM engines.
 """
 
@@ -14,9 +14,9 @@ import threading
 import time
 from types import SimpleNamespace
 
+from reasonrl.dataplane.completion import Completion
+from reasonrl.loop.rollout import RolloutMixin
 from reasonrl.rewards import RewardResult
-from reasonrl.rollout import RolloutMixin
-from reasonrl.types import Completion
 
 ROWS = [{"prompt": f"q{i}", "answer": str(i)} for i in range(7)]
 WAIT_LIMIT_S = 5.0  # a blocked fake engine gives up after this (only reached when scoring is NOT streamed)

@@ -9,7 +9,7 @@ from loguru import logger
 
 from playground import recipe_config, rl_recipe_names
 from reasonrl.config import BasePPOExpConfig
-from reasonrl.learning_signal import NoSignalMonitor, no_signal_reason, step_advantages
+from reasonrl.loop.learning_signal import NoSignalMonitor, no_signal_reason, step_advantages
 
 # Two prompt groups of 4; the second is all wrong. Unequal lengths: token-mean whitening moved the all-wrong group
 # to +0.305 per token.

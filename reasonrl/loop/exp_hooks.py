@@ -130,7 +130,7 @@ def _overlap_problems(cfg, train_rows: list[dict], eval_sets: dict[str, list[dic
 
 
 def _default_scorer(exp) -> bool:
-    """Whether ``exp`` uses ``BasePPOExp.build_scorer`` (the routing scorer of ``reasonrl.scoring``)."""
+    """Whether ``exp`` uses ``BasePPOExp.build_scorer`` (the routing scorer of ``reasonrl.loop.scoring``)."""
     owner = next(k for k in type(exp).__mro__ if "build_scorer" in vars(k))
     return owner.__module__ == "reasonrl.exp" and owner.__qualname__ == "BasePPOExp"
 
@@ -151,7 +151,7 @@ def _check_data(exp, tokenizer, load_tokenizer) -> tuple[Any, list[dict], dict[s
     if train_rows is not None:
         problems += _overlap_problems(cfg, train_rows, eval_sets)
         if _default_scorer(exp):  # a custom scorer may accept its own data_source values
-            from reasonrl.scoring import routing_problems
+            from reasonrl.loop.scoring import routing_problems
 
             sets = {"train_data": train_rows, **{f"eval_data {k}": v for k, v in eval_sets.items()}}
             problems += routing_problems(cfg, sets)

@@ -8,8 +8,8 @@ import types
 import pytest
 import torch
 
-from reasonrl.experience import mini_batch_order, stitch_rank_outputs
-from reasonrl.trainer import _mean_metrics
+from reasonrl.loop.mini_batches import mini_batch_order, stitch_rank_outputs
+from reasonrl.loop.trainer import _mean_metrics
 
 
 def test_token_weighted_over_ranks_and_mean_over_steps():

@@ -1,5 +1,5 @@
 """Streaming a rollout: completions are scored as they finish, and the samples the step will train on are handed
-on (to the forwards, :mod:`reasonrl.forward_stream`) as soon as it is known that the step keeps them.
+on (to the forwards, :mod:`reasonrl.loop.forward_stream`) as soon as it is known that the step keeps them.
 
 Two pieces, both plain asyncio / Python (no Ray, no vLLM; ``RolloutMixin`` wires them to the engines):
 
@@ -20,7 +20,7 @@ import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from reasonrl.types import Completion
+from reasonrl.dataplane.completion import Completion
 
 # on_ready(completions, results or None): a part is ready (arrived, or scored; see score_as_they_arrive)
 OnReady = Callable[[list[Completion], list | None], None]

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from reasonrl.data.sampler import PromptSampler
-from reasonrl.rollout_ahead import RolloutAhead
+from reasonrl.loop.rollout_ahead import RolloutAhead
 
 ROWS = [{"id": i, "question": f"q{i}", "answer": str(i)} for i in range(12)]
 

@@ -2,11 +2,11 @@
 
 One step::
 
-    prompts  --> rollout (reasonrl.rollout: generate on all vLLM engines, final reward = rule/user reward +
+    prompts  --> rollout (reasonrl.loop.rollout: generate on all vLLM engines, final reward = rule/user reward +
                  learned reward model, dynamic sampling refills, ReMax greedy baseline)
              --> reference log-probs | critic values | policy log-probs   (concurrently; chunk by chunk,
-                 started while the engines generate under split placement: reasonrl.forward_stream)
-             --> advantages (reasonrl.learning_signal; warns when there is no signal)
+                 started while the engines generate under split placement: reasonrl.loop.forward_stream)
+             --> advantages (reasonrl.loop.learning_signal; warns when there is no signal)
              --> critic update || policy update   (concurrently unless colocated)
              --> weight sync policy -> vLLM (verified) --> eval / checkpoint / log
 
@@ -28,19 +28,16 @@ from loguru import logger
 
 from reasonrl import algos
 from reasonrl.data.sampler import PromptSampler
+from reasonrl.dataplane.completion import Completion
+from reasonrl.dataplane.experience import Experience
 from reasonrl.distributed.phases import Phase, PhaseMachine
 from reasonrl.distributed.weight_sync import WeightSyncer, resolve_transport, resolve_verify_source
 from reasonrl.distributed.worker_group import gather_all
-from reasonrl.experience import (
-    Experience,
-    mini_batch_counts,
-    rank_mini_batches,
-)
-from reasonrl.forward_stream import ForwardsMixin, covered_seconds, put_rank_shards
-from reasonrl.learning_signal import NoSignalMonitor, no_signal_reason, step_advantages
-from reasonrl.rollout import Rollout, RolloutMixin, sample_records
-from reasonrl.rollout_ahead import RolloutAhead
-from reasonrl.types import Completion
+from reasonrl.loop.forward_stream import ForwardsMixin, covered_seconds, put_rank_shards
+from reasonrl.loop.learning_signal import NoSignalMonitor, no_signal_reason, step_advantages
+from reasonrl.loop.mini_batches import mini_batch_counts, rank_mini_batches
+from reasonrl.loop.rollout import Rollout, RolloutMixin, sample_records
+from reasonrl.loop.rollout_ahead import RolloutAhead
 
 
 @dataclasses.dataclass
@@ -305,7 +302,7 @@ class PPOTrainer(RolloutMixin, ForwardsMixin):
 
     # ================================================================== experience
     def compute_advantages(self, exp: Experience, batch: Rollout) -> dict[str, float]:
-        """Advantages (``reasonrl.learning_signal.step_advantages``), the KL controller's update, and a warning
+        """Advantages (``reasonrl.loop.learning_signal.step_advantages``), the KL controller's update, and a warning
         when the step carries no learning signal."""
         rewards = torch.tensor([float(r.reward) for r in batch.results])
         out = step_advantages(
@@ -425,7 +422,7 @@ class PPOTrainer(RolloutMixin, ForwardsMixin):
     async def evaluate(self) -> dict[str, float]:
         """avg@k, pass@k and maj@k on every eval set (``RolloutMixin.eval_set``: k = eval_n_samples at
         eval_temperature; maj@k only when the scorer extracts answers); dumps the generations."""
-        from reasonrl.eval_metrics import summarize_eval
+        from reasonrl.loop.eval_metrics import summarize_eval
 
         out = {}
         for name, rows in self.eval_sets.items():

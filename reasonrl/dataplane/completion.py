@@ -1,4 +1,4 @@
-"""Plain data types that cross module and process boundaries (no torch/ray/vllm imports here)."""
+"""One sampled response as a rollout engine returns it (plain data: no torch, ray or vllm imports here)."""
 
 from __future__ import annotations
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from playground.tiny_ppo_cpu import TinyPPOCPUConfig
-from reasonrl.scoring import MathScorer, UserFnScorer, build_scorer
-from reasonrl.types import Completion
+from reasonrl.dataplane.completion import Completion
+from reasonrl.loop.scoring import MathScorer, UserFnScorer, build_scorer
 
-FIXTURE = Path(__file__).parent / "fixtures" / "toy_rewards.py"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "toy_rewards.py"
 
 
 def completion(text: str, finish: str = "stop") -> Completion:

@@ -16,7 +16,7 @@ from reasonrl.exp import BasePPOExp
 from reasonrl.utils.scalars import RUN_TO_RUN_PREFIXES, known_scalar
 
 pytestmark = pytest.mark.integration
-REWARD_FN = f"{Path(__file__).parent / 'fixtures' / 'toy_rewards.py'}:digit_fraction"
+REWARD_FN = f"{Path(__file__).parents[1] / 'fixtures' / 'toy_rewards.py'}:digit_fraction"
 
 
 def read_rows(run_dir: Path) -> dict[int, dict]:
@@ -73,7 +73,7 @@ def test_grpo_notebook_style_subclass(ray_cluster, tmp_path):
 
     class MyExp(BasePPOExp):
         def build_scorer(self):
-            from reasonrl.scoring import UserFnScorer
+            from reasonrl.loop.scoring import UserFnScorer
 
             scorer = UserFnScorer(REWARD_FN)
             original = scorer.__call__

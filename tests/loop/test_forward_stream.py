@@ -1,6 +1,6 @@
-"""``reasonrl.forward_stream``: chunk boundaries that depend only on the samples, chunks launched as they fill
+"""``reasonrl.loop.forward_stream``: chunk boundaries that depend only on the samples, chunks launched as they fill
 (streaming) or all at the end, outputs assembled in sample order. ``run_chunk`` is a fake here (a unit test of the
-logic around the workers); tests/test_trainer_split_placement.py and test_trainer_features.py run it on real
+logic around the workers); tests/loop/test_trainer_split_placement.py and test_trainer_features.py run it on real
 DeepSpeed workers."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import asyncio
 import pytest
 import torch
 
-from reasonrl.forward_stream import ForwardChunks, concat_padded, covered_seconds, sample_tokens
-from reasonrl.types import Completion
+from reasonrl.dataplane.completion import Completion
+from reasonrl.loop.forward_stream import ForwardChunks, concat_padded, covered_seconds, sample_tokens
 
 
 def completion(i: int, prompt_len: int = 3, response_len: int = 2) -> Completion:

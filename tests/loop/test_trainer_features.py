@@ -19,17 +19,17 @@ import pytest
 
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 from reasonrl.exp import BasePPOExp
-from reasonrl.exp_hooks import build_inputs
+from reasonrl.loop.exp_hooks import build_inputs
+from reasonrl.loop.scoring import UserFnScorer
+from reasonrl.loop.trainer import PPOTrainer, Roles
 from reasonrl.models import named as _named  # noqa: F401  registers pretrain=tiny (resolved below, outside run())
-from reasonrl.scoring import UserFnScorer
-from reasonrl.trainer import PPOTrainer, Roles
 from reasonrl.utils.checkpoint import CheckpointManager
 from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
 from reasonrl.utils.scalars import known_scalar
 from reasonrl.utils.tracking import Tracker
 
 pytestmark = pytest.mark.integration
-FIXTURES = Path(__file__).parent / "fixtures" / "toy_rewards.py"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "toy_rewards.py"
 
 
 def read_rows(run_dir: Path) -> dict[int, dict]:
