@@ -13,13 +13,7 @@ from reasonrl.models.critic import VALUE_HEAD_FILE, CriticModel, load_critic, re
 SAMPLES = [([5, 17, 300, 42, 7], [99, 100, 2]), ([9], [12, 13, 14, 15, 16, 2]), ([33, 44, 55], [])]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matmuls: one thread is as fast, and immune to oversubscribed CPUs (OpenMP spin-waits)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/models/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -23,12 +23,7 @@ PROBE = "reasonrl_cpu_flash_probe"
 SAMPLES = [([5, 17, 300, 42, 7], [99, 100, 2]), ([9], [12, 13, 14, 15, 16, 2]), ([33, 44, 55], []), ([1, 2], [3])]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/models/conftest.py
 
 
 class Probe:

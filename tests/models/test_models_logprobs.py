@@ -18,13 +18,7 @@ SAMPLES = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matmuls: one thread is as fast, and immune to oversubscribed CPUs (OpenMP spin-waits)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/models/conftest.py
 
 
 def load_lm(path, attn_implementation):
