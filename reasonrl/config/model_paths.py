@@ -54,8 +54,10 @@ __all__ = [  # the Hub lookups live in reasonrl.utils.hub (actors use them too);
     "cached_snapshot",
     "hub_cache_dir",
     "hub_offline",
+    "model_folder_problems",
     "model_max_positions",
     "model_problems",
+    "uncached_hub_note",
     "model_source",
     "pin_model_fields",
     "pin_record",
@@ -227,7 +229,7 @@ def model_problems(field: str, value: str) -> list[str]:
     how = _how(field, hub[0] if hub else "Qwen/Qwen2.5-7B")
     if path.is_dir():
         if (path / "config.json").is_file():
-            return []
+            return model_folder_problems(field, value, path)
         return [f"{field}={value!r} is a folder without config.json, so not a Hugging Face model folder. {how}"]
     if path.exists():
         return [f"{field}={value!r} is a file, not a model folder. {how}"]
@@ -265,3 +267,116 @@ def model_max_positions(value: str) -> int | None:
             if isinstance(section.get(key), int) and not isinstance(section.get(key), bool):
                 return section[key]
     return None
+
+
+def uncached_hub_note(field: str, value: str | None) -> str | None:
+    """For a refusal that has other problems: a line saying that ``field``'s Hub id is not in the local cache and
+    would be downloaded at start-up (None when it is not an uncached Hub id, or offline, where
+    :func:`model_problems` already refuses it). No network call: whether the Hub has it is learnt when it is
+    downloaded, after the configuration is accepted."""
+    hub = _hub_model(value)
+    if hub is None or hub_offline() or cached_snapshot(*hub) is not None:
+        return None
+    return (
+        f"{field}={value!r} is not in the local HF cache ({hub_cache_dir()}): it would be downloaded before start-up "
+        f"(nothing is downloaded while the configuration is refused; to fetch it now: `hf download {hub[0]}`)"
+    )
+
+
+# ------------------------------------------------------------------------------------------ folder contents
+# What transformers' AutoTokenizer can build a tokenizer from: a fast tokenizer file, or a tokenizer_config.json
+# with the vocabulary files of its class (the VOCAB_FILES_NAMES of transformers' tokenizers). Any one of these
+# makes the folder pass; the check only refuses a folder that has none of them, which no tokenizer class loads.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "vocab.model",
+    "tekken.json",
+    "vocab.tiktoken",
+)
+# tokenizer classes that need no vocabulary file (byte- or character-level)
+VOCABULARY_FREE_TOKENIZERS = ("ByT5Tokenizer", "CanineTokenizer")
+
+
+def known_model_types() -> frozenset[str] | None:
+    """The ``model_type`` values the installed transformers knows, read from its generated
+    ``models/auto/auto_mappings.py`` (plain data) and the few names ``configuration_auto.py`` adds, without importing
+    transformers (which imports torch: seconds). None when that file is not where this transformers version keeps
+    it: the check is then skipped, never guessed."""
+    global _MODEL_TYPES
+    if _MODEL_TYPES is not None:
+        return _MODEL_TYPES or None
+    import importlib.util
+    import re
+
+    _MODEL_TYPES = frozenset()
+    try:
+        spec = importlib.util.find_spec("transformers")  # finds the package, does not run its __init__
+        auto = Path(spec.origin).parent / "models" / "auto"
+        mappings = importlib.util.spec_from_file_location("_reasonrl_tf_auto_mappings", auto / "auto_mappings.py")
+        module = importlib.util.module_from_spec(mappings)
+        mappings.loader.exec_module(module)
+        names = set(module.CONFIG_MAPPING_NAMES)
+        extra = (auto / "configuration_auto.py").read_text()
+        names |= set(re.findall(r'^\s*\(?"([\w.-]+)"\s*[:,]\s*"\w+Config"', extra, re.M))
+        names |= set(re.findall(r'"([\w.-]+)":\s*"\w+Config"', extra))
+    except Exception:  # noqa: BLE001 - another layout of transformers: no check rather than a wrong refusal
+        return None
+    _MODEL_TYPES = frozenset(names)
+    return _MODEL_TYPES
+
+
+_MODEL_TYPES: frozenset[str] | None = None
+
+
+def model_folder_problems(field: str, value: str, folder: Path) -> list[str]:
+    """Why a local folder with config.json cannot be loaded (empty when it can): config.json unreadable, its
+    ``model_type`` unknown to the installed transformers (unless ``auto_map`` names remote code), no usable
+    tokenizer (``pretrain`` only: the run loads the policy's tokenizer). Reads files
+    only; imports neither torch nor transformers."""
+    problems = []
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        if not isinstance(config, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as error:
+        return [f"{field}={value!r}: its config.json cannot be read ({type(error).__name__}: {error})"]
+    model_type = config.get("model_type")
+    known = known_model_types()
+    if "auto_map" not in config and isinstance(model_type, str) and known is not None and model_type not in known:
+        arch = config.get("architectures")
+        arch_text = f" (architectures {arch})" if arch else ""
+        problems.append(
+            f"{field}={value!r}: config.json names model_type={model_type!r}{arch_text}, which the installed "
+            f"transformers does not know, so the model cannot be built; use a model of a supported architecture "
+            f"(e.g. qwen2, llama), or a newer transformers if this architecture was added since"
+        )
+    if field == "pretrain":  # the policy's tokenizer is the run's (a critic or reward folder may lack one)
+        problems += tokenizer_problems(field, value, folder)
+    return problems
+
+
+def tokenizer_problems(field: str, value: str, folder: Path) -> list[str]:
+    """A folder with none of the files any tokenizer class loads from (:data:`TOKENIZER_FILES`, a vocabulary-free
+    class, or remote code in tokenizer_config.json's ``auto_map``) has no usable tokenizer."""
+    if any((folder / name).is_file() for name in TOKENIZER_FILES) or any(folder.glob("*.tiktoken")):
+        return []
+    try:
+        tok_config = json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        tok_config = None
+    if isinstance(tok_config, dict) and (
+        tok_config.get("tokenizer_class") in VOCABULARY_FREE_TOKENIZERS or "auto_map" in tok_config
+    ):
+        return []
+    has_config = "tokenizer_config.json without" if tok_config is not None else "no"
+    return [
+        f"{field}={value!r} has no usable tokenizer: {has_config} tokenizer.json or vocabulary files "
+        f"({', '.join(TOKENIZER_FILES[1:6])}, ...); copy the tokenizer files of the model it was trained from "
+        f"into the folder"
+    ]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from reasonrl.config.consistency import _check_algorithm, _check_batches, _check_colocation, _check_lengths
 from reasonrl.config.convert import _BadValue, _convert, _type_hints, _type_name
 from reasonrl.config.errors import ConfigError, _close
+from reasonrl.config.model_paths import HUB_ID, MODEL_FIELDS, uncached_hub_note
 from reasonrl.config.names import (
     ADVANTAGE_ESTIMATOR_NAMES,
     AGG_MODE_NAMES,
@@ -61,12 +62,16 @@ def validate_config(
         _check_lengths,
         _check_experiment,
     )
+    found = {check: check(cfg) for check in checks if check is not _check_data}  # cheap: no heavy imports
+    # the data checks import reasoning-gym or datasets for some sources (seconds): skipped when already refused
+    found[_check_data] = _check_data(cfg, deep=not any(found.values()))
     for check in checks:
-        problems += check(cfg)
+        problems += found[check]
     if not problems:  # the memory model reads sizes that the checks above vouch for
         problems += _check_colocation(cfg, cluster_resources)
     problems += check_resources(cfg, cluster_resources, nodes, structural_ok=not problems)
-    if problems:
+    if problems:  # an uncached Hub model is downloaded only after validation: say so with the other problems
+        problems += [n for n in (uncached_hub_note(f, getattr(cfg, f, None)) for f in MODEL_FIELDS) if n]
         raise ConfigError(problems, title=f"invalid {type(cfg).__name__}")
 
 
@@ -181,13 +186,16 @@ def empty_item_problem(name: str, values: Sequence[str], index: int, why: str = 
     )
 
 
-def data_source_problems(cfg: Any, required: bool = True) -> list[str]:
+def data_source_problems(cfg: Any, required: bool = True, deep: bool = True) -> list[str]:
     """Problems of ``cfg.train_data`` / ``cfg.eval_data`` (RL and SFT configs): no item is empty or blank (``''``
     would be the current folder), each source must be a built-in name or an existing file/folder, a ``@<split>``
     must name a split of a folder, a folder holding several splits must name one
     (``reasonrl.data.sources.check_source``; no rows are read), no eval source is listed twice, and no training
     source reads data an eval source reads (the same file, built-in name or split, or a folder holding an eval
-    file; allowed with ``allow_train_eval_overlap``); ``required``: train_data must not be empty."""
+    file; allowed with ``allow_train_eval_overlap``); ``required``: train_data must not be empty.
+    ``deep=False`` (other problems already refuse the run): the sources whose check imports reasoning-gym or
+    ``datasets`` (``gym:`` tasks, Hub ids, folders) are only named as not checked yet, and the duplicate and
+    overlap checks are left for the next run, so that the refusal comes in well under 2 s."""
     from reasonrl.data.eval_names import duplicate_sources
     from reasonrl.data.overlap import shared_sources
     from reasonrl.data.sources import DataFormatError, check_source, parse_source
@@ -204,6 +212,12 @@ def data_source_problems(cfg: Any, required: bool = True) -> list[str]:
             if not source.strip():
                 problems.append(empty_item_problem(name, values, i, " and as a path would load the current folder"))
                 continue
+            if not deep and _needs_heavy_import(source):
+                problems.append(
+                    f"{name}: {source!r} is checked once the other problems are fixed (its check imports "
+                    "reasoning-gym or datasets)"
+                )
+                continue
             try:
                 check_source(source)
             except DataFormatError as exc:
@@ -215,6 +229,8 @@ def data_source_problems(cfg: Any, required: bool = True) -> list[str]:
                     f"{name}: {what} is neither a built-in dataset ({', '.join(names)}) nor an existing "
                     f"file or folder (relative paths start at {os.getcwd()}){_close(path_text, names)}"
                 )
+    if not deep:
+        return problems
     try:
         duplicates = duplicate_sources(sources["eval_data"])
     except DataFormatError:  # a malformed source, reported above
@@ -238,6 +254,19 @@ def data_source_problems(cfg: Any, required: bool = True) -> list[str]:
     return problems
 
 
+def _needs_heavy_import(source: str) -> bool:
+    """Whether checking ``source`` imports reasoning-gym or ``datasets``: a ``gym:`` task, a Hub id, a folder."""
+    from reasonrl.data.sources import parse_source
+
+    if source.startswith("gym:"):
+        return True
+    path_text, _ = parse_source(source)
+    if path_text in dataset_names():
+        return False
+    path = Path(path_text).expanduser()
+    return path.is_dir() or (not path.exists() and HUB_ID.fullmatch(path_text) is not None)
+
+
 def _list_item_problems(cfg: BasePPOExpConfig) -> list[str]:
     """An empty string item in a list field (``stop=a,``, ``resume_allow_changes=x,``) is never meant; the data
     fields are checked by :func:`data_source_problems`."""
@@ -251,10 +280,10 @@ def _list_item_problems(cfg: BasePPOExpConfig) -> list[str]:
     return problems
 
 
-def _check_data(cfg: BasePPOExpConfig) -> list[str]:
+def _check_data(cfg: BasePPOExpConfig, deep: bool = True) -> list[str]:
     from reasonrl.data.loader import PRESETS
 
-    problems = data_source_problems(cfg)
+    problems = data_source_problems(cfg, deep=deep)
     if isinstance(cfg.data_fields, str) and cfg.data_fields not in PRESETS:
         problems.append(
             f"data_fields={cfg.data_fields!r} is not a preset ({', '.join(PRESETS)}); or give a JSON object "
