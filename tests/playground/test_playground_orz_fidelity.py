@@ -245,6 +245,7 @@ def test_recipe_validates_with_its_model(name, tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 32768}))
+    (model / "tokenizer.json").write_text("{}")  # validate() reads only which tokenizer files exist
     cfg = resolved(name).with_overrides({"pretrain": str(model), "ray_address": "auto"})
     cfg.validate()
     cfg.apply_debug_mode().validate()
