@@ -86,7 +86,8 @@ def differences(sent: dict[str, Fingerprint], received: dict[str, Fingerprint]) 
     ``unexpected`` (received, never sent); each a sorted list of tensor names (empty lists when all agree)."""
     return {
         "missing": sorted(set(sent) - set(received)),
-        "differ": sorted(name for name in sent.keys() & received.keys() if sent[name] != received[name]),
+        # tuple(): a fingerprint that crossed vLLM's RPC may come back as a list
+        "differ": sorted(n for n in sent.keys() & received.keys() if tuple(sent[n]) != tuple(received[n])),
         "unexpected": sorted(set(received) - set(sent)),
     }
 

@@ -69,6 +69,8 @@ def test_differences_and_fused_sources():
     sent = {"a": (1, 1, 1), "b": (1, 2, 2), "c": (1, 3, 3)}
     got = {"a": (1, 1, 1), "b": (1, 9, 9), "x": (1, 0, 0)}
     assert wd.differences(sent, got) == {"missing": ["c"], "differ": ["b"], "unexpected": ["x"]}
+    as_lists = {name: list(fp) for name, fp in sent.items()}  # what a msgpack round trip may return
+    assert wd.differences(sent, as_lists) == {"missing": [], "differ": [], "unexpected": []}
     packed = {"qkv_proj": ["q_proj", "k_proj", "v_proj"]}
     names = [f"model.layers.0.self_attn.{p}.weight" for p in ("q_proj", "k_proj", "v_proj")] + ["model.norm.weight"]
     assert wd.fused_sources("model.layers.0.self_attn.qkv_proj.weight", packed, names) == names[:3]
