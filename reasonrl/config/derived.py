@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from reasonrl.config.probes import _gpu_count
+from reasonrl.utils.even_split import even_bounds
 
 
 class DerivedValues:
@@ -49,7 +50,8 @@ class DerivedValues:
             steps, size = self.critic_update_steps, self.critic_train_batch_size
         if steps:
             steps = min(steps, n)
-            return [(round(i * n / steps), round((i + 1) * n / steps)) for i in range(steps)]
+            bounds = even_bounds(n, steps)
+            return list(zip(bounds, bounds[1:], strict=False))
         size = size or n
         return [(lo, min(lo + size, n)) for lo in range(0, n, size)]
 

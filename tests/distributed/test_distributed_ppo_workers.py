@@ -27,6 +27,7 @@ from reasonrl.distributed.vllm_engine import SamplingConfig
 from reasonrl.distributed.weight_sync import WeightSyncer
 from reasonrl.distributed.worker_group import WorkerGroup, put_per_rank
 from reasonrl.models import load_critic, pad_batch, response_logprobs, response_values
+from reasonrl.utils.even_split import even_parts
 
 pytestmark = pytest.mark.integration
 WORLD = 2
@@ -44,8 +45,7 @@ def make_samples(n: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
 
 
 def shards(items, world=WORLD):
-    bounds = [round(i * len(items) / world) for i in range(world + 1)]
-    return [items[bounds[i] : bounds[i + 1]] for i in range(world)]
+    return even_parts(items, world)
 
 
 def stitch(parts: list[torch.Tensor]) -> torch.Tensor:
