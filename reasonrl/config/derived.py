@@ -98,10 +98,6 @@ class DerivedValues:
             return self.sync_verify_tolerance
         return 0.1 if self.bf16 else 1e-4
 
-    @property
-    def eval_enabled(self) -> bool:
-        return bool(self.eval_data) and (self.eval_interval > 0 or self.eval_before_training)
-
     def resolved_device(self, cluster_resources: Mapping[str, float] | None = None) -> str:
         """``"gpu"`` or ``"cpu"``. ``auto`` with ``cluster_resources`` (``ray.cluster_resources()``, after
         ``ray.init``): ``gpu`` when the cluster has GPUs, whatever the driver sees (a GPU-less head node drives GPU
