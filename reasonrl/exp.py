@@ -151,8 +151,7 @@ class BasePPOExp:
     def _newest_checkpoint(self) -> Path | None:
         from reasonrl.utils.checkpoint import CheckpointManager
 
-        cfg = self.cfg
-        return CheckpointManager(Path(cfg.ckpt_dir) / cfg.exp_name, keep_last=cfg.keep_last_ckpts).latest()
+        return CheckpointManager.for_run(self.cfg).latest()
 
     def _start(self, stack: contextlib.ExitStack, tokenizer, inputs: ExpInputs) -> None:
         import ray
@@ -190,7 +189,7 @@ class BasePPOExp:
         self._check_models_on_nodes(plan)  # every node that loads a model has it, before any actor starts
         reward_pad_id, reward_encoder = self._reward_model_inputs(tokenizer)
         roles = self._start_roles(stack, plan, num_steps, tokenizer.pad_token_id, reward_pad_id)
-        checkpoints = CheckpointManager(Path(cfg.ckpt_dir) / cfg.exp_name, keep_last=cfg.keep_last_ckpts)
+        checkpoints = CheckpointManager.for_run(cfg)
         self.trainer = PPOTrainer(
             cfg,
             roles,
@@ -249,7 +248,7 @@ class BasePPOExp:
         from reasonrl.utils.checkpoint import CheckpointError, CheckpointManager, NoCompleteCheckpointError
 
         cfg = self.cfg
-        checkpoints = CheckpointManager(Path(cfg.ckpt_dir) / cfg.exp_name, keep_last=cfg.keep_last_ckpts)
+        checkpoints = CheckpointManager.for_run(cfg)
         try:
             path = checkpoints.resolve_resume(cfg.resume)
         except CheckpointError as err:

@@ -249,7 +249,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     total_start = time.perf_counter()
     cfg.validate()
     out_dir = Path(cfg.output_dir).expanduser()
-    checkpoints = CheckpointManager(Path(cfg.ckpt_dir) / cfg.exp_name, keep_last=cfg.keep_last_ckpts)
+    checkpoints = CheckpointManager.for_run(cfg)
     resume_from = checkpoints.resolve_resume(cfg.resume)  # a bad resume path fails here, before Ray
     pin_pretrain(cfg, resume_from)  # a Hub id -> owner/name@<commit> (a resume: the checkpoint's commit)
     model_path = BasePPOExpConfig.resolve_model_path(cfg.pretrain)

@@ -196,6 +196,12 @@ class CheckpointManager:
         self.fsync = fsync
         self.verify = verify
 
+    @classmethod
+    def for_run(cls, cfg) -> CheckpointManager:
+        """The checkpoints of the run ``cfg`` describes: ``<ckpt_dir>/<exp_name>``, keeping ``keep_last_ckpts``
+        (a training or an SFT config; any object with those three fields)."""
+        return cls(Path(cfg.ckpt_dir) / cfg.exp_name, keep_last=cfg.keep_last_ckpts)
+
     # ----- reading -----
     def path_for(self, step: int) -> Path:
         return self.root / step_dir_name(step)
