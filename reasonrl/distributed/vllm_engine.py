@@ -18,7 +18,7 @@ import dataclasses
 import gc
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from loguru import logger
@@ -178,16 +178,6 @@ class VLLMEngine:
         return [float(request.prompt_logprobs[t][tok].logprob) for t, tok in enumerate(token_ids) if t > 0]
 
     # ---------------------------------------------------------------- weights
-    def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> int:
-        """Load HF-named full tensors into the live engine in place and finish the sync (a one-bucket sync, for
-        scripts and tests). Returns the number of tensors loaded."""
-        from reasonrl.distributed import sync_group
-
-        weights = list(named_tensors)
-        self.load_packed(sync_group.bucket_layout(weights), sync_group.pack(weights))
-        self.finish_weight_sync([name for name, _ in weights])
-        return len(weights)
-
     def load_packed(self, layout, buffers: Sequence[Any]) -> int:
         """Load a bucket in ``sync_group`` wire format (``layout`` + one flat buffer per dtype) in place, through the
         worker extension (``reasonrl_load_packed``: vLLM's ``reload_weights``): as tensors in-process, as raw bytes

@@ -9,6 +9,7 @@ import os
 import pytest
 import ray
 import torch
+from engine_weights import load_weights
 from safetensors.torch import load_file
 from sync_faults import check_sync_faults, drop_layer_on_apply
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
@@ -244,7 +245,7 @@ def test_policy_update_then_weight_sync(ray_cluster, config, vllm_engine, tiny_t
         )
     finally:
         drop_layer_on_apply(vllm_engine, None)
-        ray.get(vllm_engine.update_weights.remote(list(original.items())))  # the engine is shared: restore it
+        load_weights(vllm_engine, original.items())  # the engine is shared: restore it
         policy.kill()
     probe_after_restore = ray.get(vllm_engine.prompt_logprobs.remote(probe))
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import ray
 import torch
+from engine_weights import load_weights
 from transformers import AutoModelForCausalLM
 
 from reasonrl.distributed.engine_residency import EngineResidency
@@ -91,7 +92,9 @@ def test_sleep_rules_are_enforced_on_cpu_as_vllm_enforces_them_on_a_gpu(vllm_eng
     try:
         ray.get(vllm_engine.sleep.remote(2))
         _refused(vllm_engine.generate.remote(prompt, greedy), "would hang")
-        _refused(vllm_engine.update_weights.remote(list(weights.items())), "weights sleep")
+        everything = list(weights.items())
+        layout, buffers = sync_group.bucket_layout(everything), sync_group.pack(everything)
+        _refused(vllm_engine.load_packed.remote(layout, buffers), "weights sleep")
         ray.get(vllm_engine.wake_up.remote(["weights"]))  # device phase SYNC
         _refused(vllm_engine.prompt_logprobs.remote(prompt[0]), "would hang")  # the old order's probe
         half = [(n, weights[n]) for n in names[: len(names) // 2]]
@@ -103,7 +106,7 @@ def test_sleep_rules_are_enforced_on_cpu_as_vllm_enforces_them_on_a_gpu(vllm_eng
         _refused(vllm_engine.generate.remote(prompt, greedy), "uninitialised memory")
     finally:
         ray.get(vllm_engine.wake_up.remote(None))
-        ray.get(vllm_engine.update_weights.remote(list(weights.items())))  # complete: the engine generates again
+        load_weights(vllm_engine, weights.items())  # complete: the engine generates again
     assert ray.get(vllm_engine.generate.remote(prompt, greedy))[0].token_ids == before[0].token_ids
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import ray
 import torch
+from engine_weights import load_weights
 from transformers import AutoModelForCausalLM
 
 from reasonrl.distributed.vllm_engine import SamplingConfig, create_vllm_engines
@@ -61,7 +62,7 @@ def test_multiprocess_engine_generates_and_takes_a_bucketed_weight_sync(mp_engin
     state = {name: p.detach() for name, p in model.named_parameters()}
     buckets = plan_buckets(((n, t.numel() * t.element_size()) for n, t in state.items()), 64 * 1024)
     assert len(buckets) > 1
-    loaded = sum(ray.get(mp_engine.update_weights.remote([(n, state[n]) for n in bucket])) for bucket in buckets)
+    loaded = sum(load_weights(mp_engine, [(n, state[n]) for n in bucket]) for bucket in buckets)
     assert loaded == len(state)
 
     after = torch.tensor(ray.get(mp_engine.prompt_logprobs.remote(probe)))

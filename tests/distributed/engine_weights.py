@@ -1,0 +1,19 @@
+"""Loading given weights into a live ``VLLMEngine`` actor in tests, through the engine's production calls: a
+one-bucket object-store sync (``load_packed`` then ``finish_weight_sync``), as ``WeightSyncer`` drives it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import ray
+
+from reasonrl.distributed import sync_group
+
+
+def load_weights(engine, named_tensors: Iterable[tuple[str, Any]]) -> int:
+    """Load HF-named full tensors into ``engine`` in place and finish the sync; returns how many were loaded."""
+    weights = list(named_tensors)
+    loaded = ray.get(engine.load_packed.remote(sync_group.bucket_layout(weights), sync_group.pack(weights)))
+    ray.get(engine.finish_weight_sync.remote([name for name, _ in weights]))
+    return loaded
