@@ -357,9 +357,9 @@ class PolicyWorker(_ModelWorker):
         """Rank 0: join the weight-broadcast group with the engines' workers, as its root."""
         self._bucket_sender().join(address, port, world_size, timeout_s)
 
-    def send_bucket(self, names: Sequence[str], transport: str, keep: bool, first: bool, share_ranks: int = 1):
-        """Gather one bucket and send it (``BucketSender.send``). Collective."""
-        return self._bucket_sender().send(names, transport, keep, first, share_ranks)
+    def send_bucket(self, names: Sequence[str], transport: str, keep, share_ranks: int = 1):
+        """Gather one bucket and send it (``BucketSender.send``; ``keep``: a ``weight_sync.KeepSent``). Collective."""
+        return self._bucket_sender().send(names, transport, keep, share_ranks)
 
     def release_shared(self) -> int:
         """``ipc`` transport: free the buffers this rank shared with its engine workers (``BucketSender``)."""

@@ -33,6 +33,7 @@ partial data. A layer larger than ``bucket_bytes`` gets a bucket of its own.
 
 from __future__ import annotations
 
+import enum
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -162,6 +163,14 @@ def resolve_verify_source(source: str, device: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- policy ranks
+class KeepSent(enum.Enum):
+    """What policy rank 0 keeps of the tensors it sends, for the ``sent_weights`` probe (:meth:`BucketSender.send`)."""
+
+    NONE = "none"  # keep no copy (and drop any copy an earlier sync left)
+    NEW = "new"  # the first bucket of a sync that probes: drop the earlier copy, keep this bucket
+    ADD = "add"  # a later bucket of that sync: add it to the copy
+
+
 class BucketSender:
     """The policy ranks' part of a sync (one per rank, called through ``PolicyWorker``): gather a bucket to rank 0,
     which sends it over the chosen transport and keeps it for the probe. It never calls an engine: the driver
@@ -189,19 +198,17 @@ class BucketSender:
 
         self.group = sync_group.create_group(address, port, 0, world_size, self.backend, timeout_s)
 
-    def send(
-        self, names: Sequence[str], transport: str, keep: bool, first: bool, share_ranks: int = 1
-    ) -> dict[str, Any] | None:
+    def send(self, names: Sequence[str], transport: str, keep: KeepSent, share_ranks: int = 1) -> dict[str, Any] | None:
         """Gather the bucket ``names`` (collective) and send it. Returns, on rank 0, ``gather_s``, ``send_s``,
         ``digests`` (the ``weight_digest`` fingerprint of each tensor sent) and for the object store ``ref``: a
         one-element list holding the ``ObjectRef`` of the bucket's flat buffers (in a list, so that Ray hands the
         driver the ref rather than the value). ``ipc``: ranks ``< share_ranks`` (one per engine worker, on its
         device) each gather the whole bucket and return ``handles`` to its flat buffers (``shared_buffers``), kept
-        alive until :meth:`release_shared`. ``keep``: rank 0 keeps the tensors for :meth:`sent_logprobs`;
-        ``first`` starts a new sync."""
+        alive until :meth:`release_shared`. ``keep``: what rank 0 keeps of the tensors for :meth:`sent_logprobs`
+        (:class:`KeepSent`)."""
         from reasonrl.distributed import deepspeed_engine as ds
 
-        if first:
+        if keep is not KeepSent.ADD:
             self.sent = {}
         if transport == "ipc":  # the driver asks for bucket k+1 once every engine has loaded bucket k
             self.exporter.release()
@@ -230,7 +237,7 @@ class BucketSender:
             ref = [ray.put(sync_group.pack(named))]
         # what the engines must receive and load; after the send, so the engines load while rank 0 fingerprints
         digests = named_fingerprints(named) if self.rank == 0 else {}
-        if keep and self.rank == 0:
+        if keep is not KeepSent.NONE and self.rank == 0:
             self.sent |= {n: t.cpu() for n, t in named}
         return {
             "gather_s": gather_s,
@@ -253,7 +260,7 @@ class BucketSender:
         if self.rank != 0:
             return None
         if not self.sent:
-            raise RuntimeError("sent_probe_logprobs: this sync kept no weights (send_bucket with keep=True first)")
+            raise RuntimeError("sent_probe_logprobs: this sync kept no weights (send_bucket with KeepSent.NEW first)")
         buffers = {n: b.detach().cpu() for n, b in self.module.named_buffers()}  # never partitioned
         with ds.no_zero3_init():
             model = model_from_tensors(self.module.config, self.sent, buffers, attn_implementation="sdpa")
@@ -333,13 +340,14 @@ class WeightSyncer:
         await self._plan()
         if self.transport == "broadcast" and not self.joined:
             await self._join()
-        keep = probe and self.verify_with == "sent_weights"
+        keeps = probe and self.verify_with == "sent_weights"
         share_ranks = sum(self.workers) if self.transport == "ipc" else 1
         start, gather_s, loads, sent_digests = time.perf_counter(), 0.0, [], {}
         try:
             for k, (names, layout) in enumerate(zip(self.buckets, self.layouts, strict=True)):
                 _raise_failed(loads)  # an engine that failed to load a bucket stops the sync here
-                send = ("send_bucket", names, self.transport, keep, k == 0, share_ranks)
+                keep = KeepSent.NONE if not keeps else KeepSent.NEW if k == 0 else KeepSent.ADD
+                send = ("send_bucket", names, self.transport, keep, share_ranks)
                 if self.transport == "broadcast":  # the engines wait for the broadcast the ranks are about to send
                     loads += self.engine_loads(k, layout, None)
                     sent = await gather_all(self.policy.call_async(*send))
