@@ -4,8 +4,8 @@ The step's samples are cut into chunks in sample order, each holding at most ``c
 response; a longer sample is a chunk alone). The cut depends only on the samples, never on timing, so a chunk
 computes the same numbers whether it is launched while the engines still generate (``stream_rollout`` under split
 placement with ``async_staleness=0``: :meth:`ForwardChunks.add` receives the kept samples as the rollout releases
-them) or after the rollout. Each chunk is one call per role (``run_chunk``), sharded over the role's ranks; the
-outputs are padded to the step's longest response and concatenated::
+them: :attr:`ChunkLaunch.STREAMED`) or after the rollout. Each chunk is one call per role (``run_chunk``), sharded
+over the role's ranks; the outputs are padded to the step's longest response and concatenated::
 
     chunk c:  run_chunk(samples of c) -> {role: [batch_c, T_c]}
     step:     {role: cat_c(pad(out_c, T))}  [batch, T],  T = max response length of the step
@@ -17,6 +17,7 @@ ZeRO-3 group runs the same collectives in the same order.
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -62,23 +63,25 @@ def covered_seconds(spans: Sequence[tuple[float, float]], until: float) -> float
     return total
 
 
+class ChunkLaunch(enum.Enum):
+    """When a step's forward chunks start, and whether they overlap."""
+
+    STREAMED = "streamed"  # each chunk as soon as add() fills it, while the engines still generate
+    CONCURRENT = "concurrent"  # all at finish(), together
+    SEQUENTIAL = "sequential"  # all at finish(), one after the other (colocate_all: one activation peak)
+
+
 class ForwardChunks:
     """One step's forwards, chunk by chunk (see the module docstring).
 
     Args:
         run_chunk: the forwards of one chunk (every role).
         chunk_tokens: tokens per chunk (None or 0: the whole step is one chunk).
-        launch_when_full: start each chunk as soon as :meth:`add` fills it (streaming); else all at :meth:`finish`.
-        sequential: run the chunks one after the other (colocate_all: one activation peak on the shared devices).
+        launch: when the chunks start (:class:`ChunkLaunch`).
     """
 
-    def __init__(
-        self, run_chunk: RunChunk, chunk_tokens: int | None, *, launch_when_full: bool, sequential: bool = False
-    ):
-        if launch_when_full and sequential:
-            raise ValueError("ForwardChunks: streamed chunks overlap generation and each other; not with sequential")
-        self.run_chunk, self.chunk_tokens = run_chunk, chunk_tokens
-        self.launch_when_full, self.sequential = launch_when_full, sequential
+    def __init__(self, run_chunk: RunChunk, chunk_tokens: int | None, launch: ChunkLaunch):
+        self.run_chunk, self.chunk_tokens, self.launch = run_chunk, chunk_tokens, launch
         self.samples: list[Completion] = []
         self._open: list[Completion] = []  # the chunk being filled
         self._open_tokens = 0
@@ -104,7 +107,7 @@ class ForwardChunks:
     def _close(self) -> None:
         chunk, self._open, self._open_tokens = self._open, [], 0
         self._chunks.append(chunk)
-        if self.launch_when_full:
+        if self.launch is ChunkLaunch.STREAMED:
             self._tasks.append(asyncio.ensure_future(self._timed(chunk)))
 
     async def _timed(self, chunk: list[Completion]) -> dict[str, torch.Tensor | None]:
@@ -131,9 +134,9 @@ class ForwardChunks:
         self.add(completions[len(self.samples) :])
         if self._open:
             self._close()
-        if self.launch_when_full:
+        if self.launch is ChunkLaunch.STREAMED:
             outputs = list(await asyncio.gather(*self._tasks))
-        elif self.sequential:
+        elif self.launch is ChunkLaunch.SEQUENTIAL:
             outputs = [await self._timed(chunk) for chunk in self._chunks]
         else:
             outputs = list(await asyncio.gather(*(self._timed(chunk) for chunk in self._chunks)))
@@ -161,8 +164,11 @@ class ForwardsMixin:
         colocate_all."""
         cfg = self.cfg
         tokens = cfg.forward_chunk_tokens or self.roles.policy.world_size * cfg.max_tokens_per_micro_batch
-        sequential = cfg.colocate_all and not launch_when_full
-        return ForwardChunks(self.forward_chunk, tokens, launch_when_full=launch_when_full, sequential=sequential)
+        if launch_when_full:
+            launch = ChunkLaunch.STREAMED
+        else:
+            launch = ChunkLaunch.SEQUENTIAL if cfg.colocate_all else ChunkLaunch.CONCURRENT
+        return ForwardChunks(self.forward_chunk, tokens, launch)
 
     async def make_experience(self, completions, forwards: ForwardChunks | None = None) -> Experience:
         """The step's :class:`Experience`: token ids, masks, the engines' log-probs (rollout correction), and the

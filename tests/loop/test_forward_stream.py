@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from reasonrl.dataplane.completion import Completion
-from reasonrl.loop.forward_stream import ForwardChunks, concat_padded, covered_seconds, sample_tokens
+from reasonrl.loop.forward_stream import ChunkLaunch, ForwardChunks, concat_padded, covered_seconds, sample_tokens
 
 
 def completion(i: int, prompt_len: int = 3, response_len: int = 2) -> Completion:
@@ -29,7 +29,7 @@ def cut(token_counts: list[int], chunk_tokens: int | None) -> list[list[int]]:
     """The chunks (sample indices) ForwardChunks cuts samples of these token counts into."""
     run_chunk = RecordingChunks()
     samples = [completion(i, prompt_len=n - 1, response_len=1) for i, n in enumerate(token_counts)]
-    asyncio.run(ForwardChunks(run_chunk, chunk_tokens, launch_when_full=False).finish(samples))
+    asyncio.run(ForwardChunks(run_chunk, chunk_tokens, ChunkLaunch.CONCURRENT).finish(samples))
     return run_chunk.chunks
 
 
@@ -76,7 +76,7 @@ def test_streamed_chunks_start_as_they_fill_and_assemble_in_sample_order():
 
     async def run():
         run_chunk = RecordingChunks()
-        chunks = ForwardChunks(run_chunk, chunk_tokens=10, launch_when_full=True)
+        chunks = ForwardChunks(run_chunk, chunk_tokens=10, launch=ChunkLaunch.STREAMED)
         chunks.add(samples[:2])  # 4 + 5 tokens: not full
         await asyncio.sleep(0)
         assert run_chunk.chunks == []
@@ -97,27 +97,25 @@ def test_streamed_chunks_start_as_they_fill_and_assemble_in_sample_order():
     assert out["critic"] is None
     # the same cut without streaming: chunk boundaries never depend on timing
     unstreamed = RecordingChunks()
-    same = asyncio.run(ForwardChunks(unstreamed, 10, launch_when_full=False).finish(samples))
+    same = asyncio.run(ForwardChunks(unstreamed, 10, ChunkLaunch.CONCURRENT).finish(samples))
     assert unstreamed.chunks == run_chunk.chunks and torch.equal(same["policy"], out["policy"])
 
 
-def test_sequential_chunks_run_one_at_a_time_and_streaming_refuses_it():
+def test_sequential_chunks_run_one_at_a_time_concurrent_ones_together():
     run_chunk = RecordingChunks()
     samples = [completion(i) for i in range(6)]
-    asyncio.run(ForwardChunks(run_chunk, 5, launch_when_full=False, sequential=True).finish(samples))
+    asyncio.run(ForwardChunks(run_chunk, 5, ChunkLaunch.SEQUENTIAL).finish(samples))
     assert len(run_chunk.chunks) == 6 and run_chunk.most_at_once == 1
     concurrent = RecordingChunks()
-    asyncio.run(ForwardChunks(concurrent, 5, launch_when_full=False).finish(samples))
+    asyncio.run(ForwardChunks(concurrent, 5, ChunkLaunch.CONCURRENT).finish(samples))
     assert concurrent.most_at_once > 1
-    with pytest.raises(ValueError, match="sequential"):
-        ForwardChunks(run_chunk, 5, launch_when_full=True, sequential=True)
 
 
 def test_samples_streamed_must_be_the_steps_first_samples():
     samples = [completion(i) for i in range(3)]
 
     async def run():
-        chunks = ForwardChunks(RecordingChunks(), 100, launch_when_full=True)
+        chunks = ForwardChunks(RecordingChunks(), 100, ChunkLaunch.STREAMED)
         chunks.add([samples[1]])
         try:
             await chunks.finish(samples)
@@ -137,7 +135,7 @@ def test_close_waits_for_launched_chunks_and_swallows_their_errors():
         raise RuntimeError("worker died")
 
     async def run():
-        chunks = ForwardChunks(failing, 1, launch_when_full=True)
+        chunks = ForwardChunks(failing, 1, ChunkLaunch.STREAMED)
         chunks.add([completion(0), completion(1)])
         await chunks.close()  # the step was abandoned: wait for what is queued, drop its errors
 
