@@ -6,7 +6,8 @@
 
 The same pieces as training, built by the same code: Ray and the placement (``reasonrl.distributed.placement``),
 the vLLM engines (``reasonrl.exp.start_vllm_engines``), the data, template and scorer (the ``BasePPOExp`` hooks),
-prompt encoding, sampling and seeds (``RolloutMixin.generate`` / ``score``, seeded as the trainer's in-loop eval).
+prompt encoding, sampling, scoring and seeds (``reasonrl.loop.generation.Generator`` and
+``reasonrl.loop.evaluation.eval_set``, as the trainer's in-loop eval).
 So evaluating a run's starting model with its config reproduces that run's step-0 ``eval/*`` numbers.
 
 Reported per eval set (``reasonrl.loop.eval_metrics``): ``avg@n`` (n = ``eval_n_samples``), unbiased ``pass@k`` and
@@ -29,7 +30,6 @@ import dataclasses
 import html
 import json
 import sys
-import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +38,8 @@ from typing import Any
 import reasonrl.sft.warm_start  # noqa: F401  fills the offline-model registry (tiny, tiny-demo, smollm2, arith-sft)
 from reasonrl.config import BasePPOExpConfig, ConfigError
 from reasonrl.config.fields import _evl
-from reasonrl.loop.rollout import EvalSet, RolloutMixin
+from reasonrl.loop.evaluation import EvalSet, EvalSettings, eval_set
+from reasonrl.loop.generation import GenerationSettings, Generator
 
 HTML_MAX_PROMPTS = 20  # prompts per eval set shown in samples.html (every sample of each); all are in the jsonl
 
@@ -235,18 +236,20 @@ def write_outputs(out_dir: Path, cfg: EvalConfig, summaries: dict[str, dict], re
 
 
 # ---------------------------------------------------------------------------------------------- run
-class Evaluator(RolloutMixin):
-    """Generation and scoring exactly as the trainer's (``RolloutMixin``), on engines without a trainer."""
+class Evaluator:
+    """Generation and scoring exactly as the trainer's (a :class:`Generator` and ``eval_set``), on engines without a
+    trainer."""
 
     def __init__(self, cfg: EvalConfig, engines: list, tokenizer, template, scorer):
-        self.cfg, self.tokenizer, self.template, self.scorer = cfg, tokenizer, template, scorer
-        self.roles = types.SimpleNamespace(engines=engines, reward_model=None)
-        self.reward_model_encoder = None
+        self.cfg, self.template = cfg, template
+        settings = GenerationSettings.from_config(cfg)
+        self.generator = Generator(engines, tokenizer=tokenizer, template=template, scorer=scorer, settings=settings)
+        self.eval_settings = EvalSettings.from_config(cfg)
 
     async def evaluate_set(self, name: str, rows: list[dict]) -> tuple[dict, list[dict]]:
         """``(summary, records)`` of one eval set, generated, scored and seeded exactly as the trainer's in-loop
-        eval (``RolloutMixin.eval_set``)."""
-        scored = await self.eval_set(name, rows)
+        eval (:func:`reasonrl.loop.evaluation.eval_set`)."""
+        scored = await eval_set(self.generator, self.eval_settings, name, rows)
         correct, keys = scored.per_prompt()
         summary = eval_summary(correct, keys, self.cfg.eval_n_samples)
         prompts = [self.template.render(row) for row in scored.rows]

@@ -156,16 +156,14 @@ class BasePPOExp:
     def _start(self, stack: contextlib.ExitStack, tokenizer, inputs: ExpInputs) -> None:
         import ray
 
-        from reasonrl.data.sampler import PromptSampler
         from reasonrl.distributed.placement import build_placement
         from reasonrl.distributed.ray_cluster import init_ray
-        from reasonrl.loop.trainer import PPOTrainer
+        from reasonrl.loop.trainer import PPOTrainer, training_steps
         from reasonrl.utils.checkpoint import CheckpointManager
         from reasonrl.utils.worker_logs import exported_log_file
 
         cfg = self.cfg
-        num_steps = PromptSampler(inputs.train_rows, cfg.rollout_batch_size, cfg.seed, cfg.num_episodes).total_steps
-        num_steps = min(num_steps, cfg.max_steps or num_steps)
+        num_steps = training_steps(cfg, inputs.train_rows)
         resume_from = self.resume_checkpoint()  # resolved and checked before Ray started
         # The tracker opens before Ray: its train.log also gets the workers' warnings and errors (the local Ray
         # instance and its workers inherit REASONRL_LOG_FILE: reasonrl.utils.worker_logs).

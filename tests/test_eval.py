@@ -24,7 +24,8 @@ from reasonrl.eval import (
     summary_table,
     write_outputs,
 )
-from reasonrl.loop.rollout import EvalSet, RolloutMixin, ScoredGeneration
+from reasonrl.loop.evaluation import EvalSet, EvalSettings, evaluate_sets
+from reasonrl.loop.generation import ScoredGeneration
 from reasonrl.rewards import RewardResult
 
 REPO = Path(__file__).resolve().parents[1]
@@ -175,15 +176,12 @@ def test_write_outputs(tmp_path):
     assert table.splitlines()[1].split() == ["toy", "0.5000", "0.5000", "0.5000", "2"]
 
 
-class InLoopEvalStub(RolloutMixin):
-    """What ``PPOTrainer.evaluate`` reads from its trainer: canned generations and verdicts (a logic unit test);
-    ``eval_set`` is the real one."""
+class CannedGenerator:
+    """A ``Generator`` stand-in for the trainer's eval: canned generations and verdicts (a logic unit test);
+    ``eval_set`` and ``evaluate_sets`` are the real ones."""
 
     def __init__(self, results):
-        self.cfg = EvalConfig(eval_n_samples=2, eval_max_prompts=None, seed=0)
-        self.eval_sets = {"toy": [{"question": "q0", "answer": "1"}, {"question": "q1", "answer": "2"}]}
-        self.results, self.global_step, self.dumped = results, 3, []
-        self.tracker = types.SimpleNamespace(dump_generations=lambda step, records: self.dumped.append(records))
+        self.results = results
 
     async def generate_and_score(self, rows, *, n, temperature, seed):
         completions = [
@@ -192,16 +190,25 @@ class InLoopEvalStub(RolloutMixin):
         return ScoredGeneration(completions, self.results, 0.0, 0.0, 0.0)
 
 
-def test_in_loop_eval_logs_maj_at_k_for_a_scorer_that_extracts_answers():
-    from reasonrl.loop.trainer import PPOTrainer
+def in_loop_eval(results) -> dict[str, float]:
+    """The trainer's eval (``evaluate_sets``) of two prompts x 2 samples with these verdicts, at step 3."""
+    eval_sets = {"toy": [{"question": "q0", "answer": "1"}, {"question": "q1", "answer": "2"}]}
+    dumped = []
+    tracker = types.SimpleNamespace(dump_generations=lambda step, records: dumped.append(records))
+    settings = EvalSettings.from_config(EvalConfig(eval_n_samples=2, eval_max_prompts=None, seed=0))
+    out = asyncio.run(evaluate_sets(CannedGenerator(results), settings, eval_sets, step=3, tracker=tracker))
+    assert len(dumped) == 1 and len(dumped[0]) == 4
+    return out
 
+
+def test_in_loop_eval_logs_maj_at_k_for_a_scorer_that_extracts_answers():
     math = [
         RewardResult(1.0, True, "correct", extracted="1"),
         RewardResult(0.0, False, "wrong", extracted="3"),  # prompt 0: tie, "1" voted first -> correct
         RewardResult(0.0, False, "no_answer"),
         RewardResult(0.0, False, "wrong", extracted="5"),  # prompt 1: only "5" votes -> wrong
     ]
-    out = asyncio.run(PPOTrainer.evaluate(InLoopEvalStub(math)))
+    out = in_loop_eval(math)
     assert out == {
         "eval/toy/avg@2": 0.25,
         "eval/toy/pass@2": 0.5,
@@ -209,7 +216,7 @@ def test_in_loop_eval_logs_maj_at_k_for_a_scorer_that_extracts_answers():
         "eval/toy/num_prompts": 2.0,
     }
     user = [RewardResult(1.0, True, "user_fn")] + [RewardResult(0.0, False, "user_fn")] * 3
-    assert "eval/toy/maj@2" not in asyncio.run(PPOTrainer.evaluate(InLoopEvalStub(user)))
+    assert "eval/toy/maj@2" not in in_loop_eval(user)
 
 
 @pytest.mark.integration

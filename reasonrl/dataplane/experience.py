@@ -90,7 +90,7 @@ class Experience:
     def ragged(self, indices: Sequence[int] | None = None, *, with_fields: bool = True) -> RaggedShard:
         """The samples ``indices`` (default: all) in the wire format; ``with_fields=False``: token ids only.
 
-        The action mask must be the response-length prefix mask (as :meth:`PPOTrainer.make_experience` builds it):
+        The action mask must be the response-length prefix mask (as :meth:`StepForwards.experience` builds it):
         the wire format has no per-token mask, so values on padding positions are dropped.
         """
         indices = range(len(self)) if indices is None else indices

@@ -1,9 +1,11 @@
-"""The training loop: :class:`reasonrl.loop.trainer.PPOTrainer` and its parts.
+"""The training loop: :class:`reasonrl.loop.trainer.PPOTrainer` and the parts it composes.
 
-One step, in the files that run it: rollout on the vLLM engines (``rollout.py``, generating ahead ``rollout_ahead.py``),
-completions scored as they arrive (``rollout_stream.py``, ``scoring.py``), forwards in chunks (``forward_stream.py``),
-advantages and the no-signal check (``learning_signal.py``), mini-batches of the updates (``mini_batches.py``), the user
-hooks checked before anything starts (``exp_hooks.py``) and the eval metrics (``eval_metrics.py``).
+One step, in the files that run it: generation and scoring on the vLLM engines (``generation.py``: ``Generator``), the
+step's rollout with dynamic sampling (``rollout.py``: ``RolloutCollector``; generating ahead ``rollout_ahead.py``),
+completions scored as they arrive (``rollout_stream.py``, ``scoring.py``), forwards in chunks (``forward_stream.py``:
+``StepForwards``), advantages and the no-signal check (``learning_signal.py``), the updates (``updates.py``:
+``StepUpdates``; mini-batches ``mini_batches.py``), the eval sets (``evaluation.py``, ``eval_metrics.py``) and the user
+hooks checked before anything starts (``exp_hooks.py``).
 
 This ``__init__`` imports nothing, so that importing one part (the eval metrics, say) does not import the trainer.
 """

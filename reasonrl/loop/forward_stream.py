@@ -1,5 +1,6 @@
 """The forward passes of a step (reference log-probs, critic values, the policy's old log-probs), run chunk by chunk.
 
+:class:`StepForwards` (given the role groups and the config values it reads) builds a step's :class:`Experience`.
 The step's samples are cut into chunks in sample order, each holding at most ``chunk_tokens`` tokens (prompt +
 response; a longer sample is a chunk alone). The cut depends only on the samples, never on timing, so a chunk
 computes the same numbers whether it is launched while the engines still generate (``stream_rollout`` under split
@@ -17,6 +18,7 @@ ZeRO-3 group runs the same collectives in the same order.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -153,54 +155,89 @@ class ForwardChunks:
         workers, so they finish before anything issued later; errors are dropped (the step is gone)."""
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def metrics(self, generated_at: float) -> dict[str, float]:
+        """After :meth:`finish`: the chunks, those launched while the rollout ran, and the forward seconds before
+        ``generated_at`` (when the rollout was complete)."""
+        return {
+            "time/forward_overlapped": covered_seconds(self.spans, until=generated_at),
+            "perf/forward_chunks": float(self.num_chunks),
+            "perf/forward_chunks_early": float(self.launched_early),
+        }
 
-class ForwardsMixin:
-    """The step's forwards, part of :class:`reasonrl.loop.trainer.PPOTrainer` (it uses the trainer's ``cfg`` and
-    ``roles``); here so each file keeps one job."""
 
-    def forward_chunks(self, *, launch_when_full: bool) -> ForwardChunks:
-        """The step's forwards in chunks of at most ``forward_chunk_tokens`` (default: one micro-batch's budget per
-        policy rank), streamed or not (:mod:`reasonrl.loop.forward_stream`); one chunk after the other under
-        colocate_all."""
-        cfg = self.cfg
-        tokens = cfg.forward_chunk_tokens or self.roles.policy.world_size * cfg.max_tokens_per_micro_batch
-        if launch_when_full:
+@dataclasses.dataclass(frozen=True)
+class ForwardSettings:
+    """The config values the forwards read (``from_config``)."""
+
+    chunk_tokens: int | None  # forward_chunk_tokens, default one micro-batch's budget per policy rank
+    temperature: float = 1.0
+    reuses_current_logprobs: bool = False  # no old-log-prob forward: the update takes its own log-probs
+    colocate_all: bool = False  # the roles share the devices: one forward at a time
+    rollout_correction: str = "off"  # not "off": the experience carries the engines' log-probs
+
+    @classmethod
+    def from_config(cls, cfg, policy_world_size: int) -> ForwardSettings:
+        return cls(
+            chunk_tokens=cfg.forward_chunk_tokens or policy_world_size * cfg.max_tokens_per_micro_batch,
+            temperature=cfg.temperature,
+            reuses_current_logprobs=cfg.reuses_current_logprobs,
+            colocate_all=cfg.colocate_all,
+            rollout_correction=cfg.rollout_correction,
+        )
+
+
+class StepForwards:
+    """The forwards of a step: reference log-probs, critic values and (unless the update reuses its own) the
+    policy's old log-probs, chunk by chunk, into the step's :class:`Experience`.
+
+    Args:
+        policy, ref, critic: the role worker groups (``ref`` / ``critic`` None when the role is disabled).
+        settings: the config values the forwards read.
+    """
+
+    def __init__(self, policy, ref, critic, settings: ForwardSettings):
+        self.policy, self.ref, self.critic, self.settings = policy, ref, critic, settings
+
+    def chunks(self, *, streamed: bool) -> ForwardChunks:
+        """The step's forwards in chunks of at most ``chunk_tokens``: launched as the rollout releases samples
+        (``streamed``), else all once the rollout is complete, one chunk after the other under colocate_all."""
+        if streamed:
             launch = ChunkLaunch.STREAMED
         else:
-            launch = ChunkLaunch.SEQUENTIAL if cfg.colocate_all else ChunkLaunch.CONCURRENT
-        return ForwardChunks(self.forward_chunk, tokens, launch)
+            launch = ChunkLaunch.SEQUENTIAL if self.settings.colocate_all else ChunkLaunch.CONCURRENT
+        return ForwardChunks(self.run_chunk, self.settings.chunk_tokens, launch)
 
-    async def make_experience(self, completions, forwards: ForwardChunks | None = None) -> Experience:
+    async def experience(self, completions, chunks: ForwardChunks | None = None) -> Experience:
         """The step's :class:`Experience`: token ids, masks, the engines' log-probs (rollout correction), and the
-        reference / critic / policy forwards (:meth:`forward_chunk` per chunk; ``forwards`` may have started
-        some while the engines generated)."""
+        reference / critic / policy forwards (:meth:`run_chunk` per chunk; ``chunks`` may have started some while
+        the engines generated)."""
         exp, lengths, width = response_experience(completions)
-        if self.cfg.rollout_correction != "off":  # the engines' log-probs of the sampled tokens: [batch, T]
+        if self.settings.rollout_correction != "off":  # the engines' log-probs of the sampled tokens: [batch, T]
             flat = torch.tensor([lp for c in completions for lp in c.logprobs], dtype=torch.float32)
             exp.rollout_logprobs = padded_from_flat(flat, lengths, width)
-        forwards = forwards or self.forward_chunks(launch_when_full=False)
-        done = await forwards.finish(completions)
+        chunks = chunks or self.chunks(streamed=False)
+        done = await chunks.finish(completions)
         exp.old_logprobs = done.get("policy")
         exp.ref_logprobs = done.get("ref")
         exp.old_values = done.get("critic")
         return exp
 
-    async def forward_chunk(self, completions: Sequence[Completion]) -> dict[str, torch.Tensor | None]:
+    async def run_chunk(self, completions: Sequence[Completion]) -> dict[str, torch.Tensor | None]:
         """Reference / critic / policy forwards of some samples: ``{role: [batch, T]}`` with T their longest
         response. All roles at once under split placement, one after the other under colocate_all (they share the
         devices: one activation peak).
 
         Each rank gets its token-balanced shard as a :class:`RaggedShard` of token ids, put in the object store once
         per world size (roles of the same size share the refs), and returns flat per-response-token outputs."""
-        cfg, roles = self.cfg, self.roles
+        s = self.settings
         exp, lengths, width = response_experience(completions)
         calls = {}  # role -> (group, method, args)
-        if not cfg.reuses_current_logprobs:  # else the update takes its own log-probs (cfg.reuses_current_logprobs)
-            calls["policy"] = (roles.policy, "ragged_logprobs", (cfg.temperature,))
-        if roles.ref is not None:
-            calls["ref"] = (roles.ref, "ragged_logprobs", (cfg.temperature,))
-        if roles.critic is not None:
-            calls["critic"] = (roles.critic, "ragged_values", ())
+        if not s.reuses_current_logprobs:  # else the update takes its own log-probs
+            calls["policy"] = (self.policy, "ragged_logprobs", (s.temperature,))
+        if self.ref is not None:
+            calls["ref"] = (self.ref, "ragged_logprobs", (s.temperature,))
+        if self.critic is not None:
+            calls["critic"] = (self.critic, "ragged_values", ())
         token_shards: dict[int, tuple[list[list[int]], list]] = {}  # world size -> (indices, one ref per rank)
 
         async def job(group, method, args):
@@ -211,7 +248,7 @@ class ForwardsMixin:
             parts = await gather_all(group.call_sharded_async(method, refs, *args))
             return stitch_rank_outputs([p[0] if isinstance(p, tuple) else p for p in parts], lengths, width, shards)
 
-        if cfg.colocate_all:
+        if s.colocate_all:
             done = {name: await job(*call) for name, call in calls.items()}
         else:
             jobs = {name: job(*call) for name, call in calls.items()}

@@ -27,17 +27,16 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-# launch(rows, metrics, seed_step) -> the rollout of those rows (its metrics written into ``metrics``)
-Launch = Callable[[list[dict], dict, int], Awaitable[Any]]
+# launch(rows, seed_step) -> (the rollout of those rows, its metrics)
+Launch = Callable[[list[dict], int], Awaitable[tuple[Any, dict[str, float]]]]
 
 
 @dataclasses.dataclass
 class PendingRollout:
-    """One launched rollout: the step that will train on it, its task, metrics, and bookkeeping."""
+    """One launched rollout: the step that will train on it, its task (-> rollout, metrics), and bookkeeping."""
 
     step: int  # 1-based training step that consumes it
     task: asyncio.Future
-    metrics: dict[str, float]
     sampler_state: dict  # the sampler before this rollout's prompts were drawn
     version: int  # training steps whose weights the engines held at launch
 
@@ -47,7 +46,7 @@ class RolloutAhead:
 
     Args:
         staleness: k >= 1, how many steps generation may run ahead of training.
-        launch: starts one step's rollout (``RolloutMixin.rollout`` with the seed of ``seed_step``).
+        launch: starts one step's rollout (``RolloutCollector.collect`` with the seed of ``seed_step``).
         sampler: the trainer's ``PromptSampler`` (``next_batch``, ``state_dict``, ``load_state_dict``).
         total_steps: the run's last step (nothing is launched beyond it).
     """
@@ -69,9 +68,8 @@ class RolloutAhead:
             rows = self.sampler.next_batch()
             if rows is None:
                 return
-            metrics: dict[str, float] = {}
-            task = asyncio.ensure_future(self.launch(rows, metrics, next_step - 1))  # seeds as the synchronous loop
-            self.pending.append(PendingRollout(next_step, task, metrics, state, version))
+            task = asyncio.ensure_future(self.launch(rows, next_step - 1))  # seeds as the synchronous loop
+            self.pending.append(PendingRollout(next_step, task, state, version))
 
     async def take(self, step: int) -> tuple[Any, dict[str, float], PendingRollout] | None:
         """The rollout of ``step`` (waiting for it), its metrics plus ``time/wait_rollout`` (how long training
@@ -82,9 +80,8 @@ class RolloutAhead:
         if item.step != step:
             raise RuntimeError(f"rollout of step {item.step} pending, but step {step} asked for one")
         start = time.perf_counter()
-        batch = await item.task
-        metrics = dict(item.metrics) | {"time/wait_rollout": time.perf_counter() - start}
-        return batch, metrics, item
+        batch, metrics = await item.task
+        return batch, metrics | {"time/wait_rollout": time.perf_counter() - start}, item
 
     def resume_state(self) -> dict | None:
         """The sampler state a checkpoint stores: from before the oldest rollout not trained yet (None: none is

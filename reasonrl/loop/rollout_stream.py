@@ -1,7 +1,8 @@
 """Streaming a rollout: completions are scored as they finish, and the samples the step will train on are handed
 on (to the forwards, :mod:`reasonrl.loop.forward_stream`) as soon as it is known that the step keeps them.
 
-Two pieces, both plain asyncio / Python (no Ray, no vLLM; ``RolloutMixin`` wires them to the engines):
+Two pieces, both plain asyncio / Python (no Ray, no vLLM; ``Generator`` and ``RolloutCollector`` wire them to the
+engines):
 
 * :func:`score_as_they_arrive`: consumes every engine's stream of finished completions and scores them in a worker
   thread, one scorer call at a time, each call taking everything that arrived while the previous call ran.

@@ -181,8 +181,9 @@ def test_memory_model_evaluates_the_machines_step():
 
 
 def test_trainer_serialises_forwards_only_under_colocate_all():
-    """make_experience: ref/critic/policy forwards one after the other on shared devices, concurrent otherwise."""
-    from reasonrl.loop.trainer import PPOTrainer, Roles
+    """StepForwards.experience: ref/critic/policy forwards one after the other on shared devices, concurrent
+    otherwise."""
+    from reasonrl.loop.forward_stream import ForwardSettings, StepForwards
 
     def run(colocate_all: bool, reuse: bool = False) -> list[str]:
         events: list[str] = []
@@ -203,18 +204,12 @@ def test_trainer_serialises_forwards_only_under_colocate_all():
 
                 return [forward()]
 
-        trainer = PPOTrainer.__new__(PPOTrainer)
-        trainer.cfg = types.SimpleNamespace(
-            colocate_all=colocate_all,
-            temperature=1.0,
-            reuses_current_logprobs=reuse,
-            rollout_correction="off",
-            forward_chunk_tokens=None,
-            max_tokens_per_micro_batch=16384,
+        settings = ForwardSettings(
+            chunk_tokens=16384, temperature=1.0, reuses_current_logprobs=reuse, colocate_all=colocate_all
         )
-        trainer.roles = Roles(policy=Group("policy"), engines=[], ref=Group("ref"), critic=Group("critic"))
+        forwards = StepForwards(Group("policy"), Group("ref"), Group("critic"), settings)
         completions = [types.SimpleNamespace(prompt_token_ids=[1, 2], token_ids=[3, 4])]
-        asyncio.run(trainer.make_experience(completions))
+        asyncio.run(forwards.experience(completions))
         return events
 
     serial = run(True)

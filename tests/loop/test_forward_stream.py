@@ -91,6 +91,9 @@ def test_streamed_chunks_start_as_they_fill_and_assemble_in_sample_order():
     assert run_chunk.chunks == [[0, 1], [2, 3], [4], [5, 6]]  # 5 + 6 would overflow, 6 + 4 is exactly full
     assert cut([sample_tokens(c) for c in samples], 10) == run_chunk.chunks  # the same cut as unstreamed
     assert chunks.num_chunks == 4 and len(chunks.spans) == 4 and chunks.launched_early == 2  # [5, 6] at finish
+    logged = chunks.metrics(generated_at=float("inf"))
+    assert logged["perf/forward_chunks"] == 4.0 and logged["perf/forward_chunks_early"] == 2.0
+    assert logged["time/forward_overlapped"] == pytest.approx(covered_seconds(chunks.spans, until=float("inf")))
     width = max(len(c.token_ids) for c in samples)
     expected = concat_padded([torch.tensor([c.token_ids], dtype=torch.float32) for c in samples], width)
     assert torch.equal(out["policy"], expected) and torch.equal(out["ref"], -expected)

@@ -1,6 +1,6 @@
-"""Streamed scoring in ``RolloutMixin.generate_and_score``: with ``stream_rollout=false`` engine e's completions
+"""Streamed scoring in ``Generator.generate_and_score``: with ``stream_rollout=false`` engine e's completions
 are scored as soon as engine e returns; with ``stream_rollout=true`` each completion as soon as it finishes. Either
-way the assembled completions/results equal the non-streaming ``score(generate(...))``.
+way the assembled completions/results equal generating everything first and scoring it afterwards.
 
 The engines are fakes (``generate.remote`` returns an asyncio task, ``generate_stream`` yields one completion at a
 time): this is a unit test of the logic around the engines; tests/loop/test_trainer.py,
@@ -14,8 +14,12 @@ import threading
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from reasonrl.dataplane.completion import Completion
-from reasonrl.loop.rollout import RolloutMixin
+from reasonrl.loop.evaluation import EvalSettings, eval_set
+from reasonrl.loop.generation import GenerationSettings, Generator
+from reasonrl.loop.rollout import RolloutCollector, RolloutSettings, StepAbandoned
 from reasonrl.rewards import RewardResult
 
 ROWS = [{"prompt": f"q{i}", "answer": str(i)} for i in range(7)]
@@ -87,21 +91,25 @@ class RecordingScorer:
         ]
 
 
-class FakeTrainer(RolloutMixin):
-    def __init__(self, engines: list[FakeEngine], scorer: RecordingScorer, stream: bool = False):
-        self.cfg = SimpleNamespace(
-            max_prompt_len=16,
-            top_p=1.0,
-            top_k=0,
-            generate_max_len=8,
-            stop=(),
-            include_stop_str_in_output=False,
-            stream_rollout=stream,
-        )
-        self.roles = SimpleNamespace(engines=engines, reward_model=None)
-        self.scorer = scorer
-        self.template = SimpleNamespace(render=lambda row: row["prompt"])
-        self.tokenizer = lambda text, add_special_tokens: SimpleNamespace(input_ids=[int(text[1:]), 99])
+def fake_generator(engines: list[FakeEngine], scorer: RecordingScorer, stream: bool = False) -> Generator:
+    """The trainer's generator on fake engines: prompt "q<i>" is encoded as [i, 99]."""
+    return Generator(
+        engines,
+        tokenizer=lambda text, add_special_tokens: SimpleNamespace(input_ids=[int(text[1:]), 99]),
+        template=SimpleNamespace(render=lambda row: row["prompt"]),
+        scorer=scorer,
+        settings=GenerationSettings(max_prompt_len=16, generate_max_len=8, stream_rollout=stream),
+    )
+
+
+async def generate_then_score(generator: Generator, rows, *, n: int, temperature: float, seed: int):
+    """Every engine's completions first (prompt-major), then one scorer call on all of them."""
+    completions = []
+    for engine_parts in generator.start_generation(rows, n=n, temperature=temperature, seed=seed):
+        async for part in engine_parts:
+            completions += part
+    completions.sort(key=lambda c: (c.prompt_index, c.sample_index))
+    return completions, generator.scorer(completions, [rows[c.prompt_index] for c in completions])
 
 
 def _slow_first_engines() -> tuple[list[FakeEngine], RecordingScorer]:
@@ -115,9 +123,9 @@ def _slow_first_engines() -> tuple[list[FakeEngine], RecordingScorer]:
 
 def test_each_engine_part_is_scored_while_later_engines_still_generate():
     engines, scorer = _slow_first_engines()
-    trainer = FakeTrainer(engines, scorer)
+    generator = fake_generator(engines, scorer)
     start = time.perf_counter()
-    scored = asyncio.run(trainer.generate_and_score(ROWS, n=2, temperature=1.0, seed=0))
+    scored = asyncio.run(generator.generate_and_score(ROWS, n=2, temperature=1.0, seed=0))
     assert time.perf_counter() - start < WAIT_LIMIT_S  # engine 1 was released by the first scoring call
     first = scorer.calls[0]
     assert all(t.startswith("e0:") for t in first["texts"])  # engine 0's part, alone
@@ -129,17 +137,14 @@ def test_each_engine_part_is_scored_while_later_engines_still_generate():
 
 def test_streamed_order_equals_generate_then_score():
     engines, scorer = _slow_first_engines()
-    streamed = asyncio.run(FakeTrainer(engines, scorer).generate_and_score(ROWS, n=2, temperature=1.0, seed=0))
+    streamed = asyncio.run(fake_generator(engines, scorer).generate_and_score(ROWS, n=2, temperature=1.0, seed=0))
 
     engines, scorer = _slow_first_engines()
     scorer.scored_any.set()  # without streaming nothing is scored before every engine returned
 
-    async def generate_then_score():
-        trainer = FakeTrainer(engines, scorer)
-        completions = await trainer.generate(ROWS, n=2, temperature=1.0, seed=0)
-        return completions, await trainer.score(completions, [ROWS[c.prompt_index] for c in completions])
-
-    completions, results = asyncio.run(generate_then_score())
+    completions, results = asyncio.run(
+        generate_then_score(fake_generator(engines, scorer), ROWS, n=2, temperature=1.0, seed=0)
+    )
     assert streamed.completions == completions
     assert streamed.results == results
     # engine order and prompt offsets: rows 0-1 on engine 0, 2-4 on engine 1, 5-6 on engine 2; n=2 each
@@ -151,7 +156,7 @@ def test_streamed_order_equals_generate_then_score():
 def test_an_engine_without_prompts_is_not_scored():
     engines = [FakeEngine("e0"), FakeEngine("e1"), FakeEngine("e2")]
     scorer = RecordingScorer(engines)
-    scored = asyncio.run(FakeTrainer(engines, scorer).generate_and_score(ROWS[:2], n=1, temperature=0.0, seed=0))
+    scored = asyncio.run(fake_generator(engines, scorer).generate_and_score(ROWS[:2], n=1, temperature=0.0, seed=0))
     assert [c.prompt_index for c in scored.completions] == [0, 1]
     assert not engines[1].finished.is_set()  # 2 rows over 3 engines: engine 1 got no prompts and no call
     assert engines[0].finished.is_set() and engines[2].finished.is_set()
@@ -162,9 +167,8 @@ def test_eval_set_groups_by_prompt_and_records_every_sample():
     eval_n_samples each, correctness and vote keys grouped per prompt, one record per sample."""
     engines = [FakeEngine("e0"), FakeEngine("e1")]
     scorer = RecordingScorer(engines)
-    trainer = FakeTrainer(engines, scorer)
-    trainer.cfg.__dict__.update(seed=3, eval_max_prompts=3, eval_n_samples=2, eval_temperature=1.0)
-    scored = asyncio.run(trainer.eval_set("toy", ROWS))
+    settings = EvalSettings(n_samples=2, temperature=1.0, max_prompts=3, seed=3)
+    scored = asyncio.run(eval_set(fake_generator(engines, scorer), settings, "toy", ROWS))
     assert [row["answer"] for row in scored.rows] == ["0", "1", "2"]
     correct, keys = scored.per_prompt()
     assert correct == [[True, True]] * 3
@@ -192,10 +196,10 @@ def test_concurrent_rollouts_never_call_the_scorer_at_the_same_time():
         finally:
             inside[0] -= 1
 
-    trainer = FakeTrainer(engines, counting)
+    generator = fake_generator(engines, counting)
 
     async def three_at_once():
-        calls = [trainer.generate_and_score(ROWS, n=1, temperature=1.0, seed=s) for s in range(3)]
+        calls = [generator.generate_and_score(ROWS, n=1, temperature=1.0, seed=s) for s in range(3)]
         return await asyncio.gather(*calls)
 
     results = asyncio.run(three_at_once())
@@ -209,12 +213,63 @@ def test_streamed_completions_are_scored_one_by_one_and_equal_the_batched_result
     assembled result equals the per-engine one."""
     engines, scorer = _slow_first_engines()
     streamed = asyncio.run(
-        FakeTrainer(engines, scorer, stream=True).generate_and_score(ROWS, n=2, temperature=1.0, seed=0)
+        fake_generator(engines, scorer, stream=True).generate_and_score(ROWS, n=2, temperature=1.0, seed=0)
     )
     first = scorer.calls[0]
     assert len(first["texts"]) < 4  # engine 0's part holds 4: its completions came one by one
     assert not first["engines_finished"][1]  # engine 1 cannot finish before something was scored
     assert len(scorer.calls) > 3  # more calls than engines
     engines, scorer = _slow_first_engines()
-    batched = asyncio.run(FakeTrainer(engines, scorer).generate_and_score(ROWS, n=2, temperature=1.0, seed=0))
+    batched = asyncio.run(fake_generator(engines, scorer).generate_and_score(ROWS, n=2, temperature=1.0, seed=0))
     assert streamed.completions == batched.completions and streamed.results == batched.results
+
+
+class EvenPromptsScorer:
+    """Reward = sample index on prompts with an even id, 0 on odd ones (zero variance: dynamic sampling drops them)."""
+
+    def __call__(self, completions, rows) -> list[RewardResult]:
+        return [
+            RewardResult(reward=float(c.sample_index if int(row["answer"]) % 2 == 0 else 0), correct=True, reason="x")
+            for c, row in zip(completions, rows, strict=True)
+        ]
+
+
+def _collector(stop_requested=lambda: False) -> RolloutCollector:
+    engines = [FakeEngine("e0"), FakeEngine("e1")]
+    generator = Generator(
+        engines,
+        tokenizer=lambda text, add_special_tokens: SimpleNamespace(input_ids=[int(text[1:]), 99]),
+        template=SimpleNamespace(render=lambda row: row["prompt"]),
+        scorer=EvenPromptsScorer(),
+        settings=GenerationSettings(max_prompt_len=16, generate_max_len=8),
+    )
+    settings = RolloutSettings(
+        seed=0,
+        rollout_batch_size=4,
+        n_samples_per_prompt=2,
+        temperature=1.0,
+        dynamic_sampling=True,
+        max_sampling_tries=3,
+    )
+    refills = iter([ROWS[4:8]])
+    return RolloutCollector(generator, settings, next_rows=lambda: next(refills), stop_requested=stop_requested)
+
+
+def test_collector_refills_zero_variance_groups_and_returns_its_metrics():
+    """Dynamic sampling: the odd prompts of each try are dropped, the refill tops the step up to its target; the
+    kept samples are handed on (``on_kept``) in the returned order."""
+    released = []
+    rollout, metrics = asyncio.run(_collector().collect(ROWS[:4], seed_step=0, on_kept=released.extend))
+    assert [row["answer"] for row in rollout.rows] == ["0", "0", "2", "2", "4", "4", "6", "6"]
+    assert rollout.group_ids == [0, 0, 2, 2, 4, 4, 6, 6]  # unique across tries: the refill's groups count from 4
+    assert rollout.baselines is None and released == rollout.completions
+    assert metrics["sampling/tries"] == 2.0 and metrics["sampling/samples"] == 8.0
+    assert metrics["sampling/kept_groups_frac"] == pytest.approx(4 / 7)  # 4 + 3 prompts (ROWS has 7) tried
+    assert metrics["reward/mean"] == 0.5
+    assert len(rollout.head(3)) == 3 and rollout.head(3).completions == rollout.completions[:3]
+    assert [r["prompt_index"] for r in rollout.records(limit=2, split="train")] == [0, 0]
+
+
+def test_collector_abandons_the_step_before_a_refill_when_a_stop_was_asked():
+    with pytest.raises(StepAbandoned, match="refills"):
+        asyncio.run(_collector(stop_requested=lambda: True).collect(ROWS[:4], seed_step=0))

@@ -15,16 +15,15 @@ ROWS = [{"id": i, "question": f"q{i}", "answer": str(i)} for i in range(12)]
 
 
 class FakeEngines:
-    """``launch(rows, metrics, seed_step)``: returns the prompt ids after a short wait, records every call."""
+    """``launch(rows, seed_step)``: returns the prompt ids and metrics after a short wait, records every call."""
 
     def __init__(self):
         self.calls: list[tuple[int, list[int]]] = []  # (seed_step, ids) in launch order
 
-    async def launch(self, rows, metrics, seed_step):
+    async def launch(self, rows, seed_step):
         self.calls.append((seed_step, [r["id"] for r in rows]))
         await asyncio.sleep(0.01)
-        metrics["time/generate"] = 0.01
-        return [r["id"] for r in rows]
+        return [r["id"] for r in rows], {"time/generate": 0.01}
 
 
 def run_loop(staleness: int, steps: int) -> tuple[list[float], list[list[int]], FakeEngines, list[list[int]]]:
@@ -86,9 +85,9 @@ def test_drop_cancels_rollouts_still_generating():
     async def scenario():
         gate = asyncio.Event()
 
-        async def launch(rows, metrics, seed_step):
+        async def launch(rows, seed_step):
             await gate.wait()  # never set: the engines are still busy
-            return rows
+            return rows, {}
 
         ahead = RolloutAhead(1, launch, PromptSampler(ROWS, 3, seed=0), total_steps=4)
         ahead.fill(1, version=0)

@@ -29,7 +29,7 @@ class _ProbingExp(BasePPOExp):
         self.engine_probes = ray.get([e.prompt_logprobs.remote(list(probe)) for e in self.trainer.roles.engines])
         refs = self.trainer.roles.policy.call_async("compute_logprobs", [(probe[:1], probe[1:])])  # collective
         self.policy_probe = (await asyncio.gather(*refs))[0][0][0].tolist()
-        self.spans = dict(self.trainer.update_spans)
+        self.spans = dict(self.trainer.updates.spans)
         return last
 
 

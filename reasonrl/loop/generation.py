@@ -1,0 +1,228 @@
+"""Generating and scoring on the vLLM engines: :class:`Generator`, shared by the training rollout, the in-loop eval
+and ``python -m reasonrl.eval``.
+
+``Generator.generate_and_score(rows, n=..., temperature=..., seed=...)`` encodes the rows with the template, splits
+them evenly over the engines, and scores the completions as they arrive (:mod:`reasonrl.loop.rollout_stream`):
+with ``stream_rollout`` each completion as soon as its engine finishes it, else each engine's part as soon as that
+engine returns (as ORZ does), while the engines still generate. The result is prompt-major whatever the order
+the engines finished in, and each final reward is the rule/user reward plus the learned reward model's score when
+there is one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import torch
+
+from reasonrl.dataplane.completion import Completion
+from reasonrl.distributed.worker_group import gather_all
+from reasonrl.loop.rollout_stream import OnReady, score_as_they_arrive
+from reasonrl.utils.even_split import even_bounds, even_parts
+from reasonrl.utils.rng import derive_seed
+
+# A scorer turns completions (+ their data rows) into objects with .reward/.correct/.reason (RewardResult).
+Scorer = Callable[[Sequence[Completion], Sequence[dict]], list]
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationSettings:
+    """The config values generation reads (``from_config``): prompt cut, sampling limits, stop strings, streaming."""
+
+    max_prompt_len: int
+    generate_max_len: int
+    top_p: float = 1.0
+    top_k: int = 0
+    stop: tuple[str, ...] = ()
+    include_stop_str_in_output: bool = False
+    stream_rollout: bool = False
+
+    @classmethod
+    def from_config(cls, cfg) -> GenerationSettings:
+        return cls(
+            max_prompt_len=cfg.max_prompt_len,
+            generate_max_len=cfg.generate_max_len,
+            top_p=cfg.top_p,
+            top_k=cfg.top_k,
+            stop=tuple(cfg.stop),
+            include_stop_str_in_output=cfg.include_stop_str_in_output,
+            stream_rollout=cfg.stream_rollout,
+        )
+
+
+@dataclasses.dataclass
+class ScoredGeneration:
+    """Completions in prompt-major order (prompt_index into the given rows), their final rewards, and wall times.
+
+    ``generate_s``: from the launch until the LAST engine returned. ``reward_s``: scoring not hidden behind
+    generation, i.e. from the last engine's return until every part (and the reward model) was scored.
+    ``reward_overlapped_s``: scoring that ran while some engine was still generating. ``model_scores``: the
+    learned reward model's score of each completion (empty without one).
+    """
+
+    completions: list[Completion]
+    results: list
+    generate_s: float
+    reward_s: float
+    reward_overlapped_s: float
+    model_scores: list[float] = dataclasses.field(default_factory=list)
+
+
+class Generator:
+    """Generation on the vLLM engines and scoring of what they return.
+
+    Args:
+        engines: the ``VLLMEngine`` actors; each call splits its prompts evenly over them (contiguous parts).
+        tokenizer, template: prompt text (``template.render(row)``) -> token ids, cut to ``max_prompt_len``.
+        scorer: ``(completions, rows) -> results`` (the rule or user reward); called in a worker thread, one call at
+            a time across every concurrent call of this generator, so a user reward function need not be
+            thread-safe.
+        settings: the config values generation reads.
+        reward_model: the learned reward model's worker group, or None; its score is added to each final reward.
+        reward_model_encoder: maps policy ``(prompt_ids, response_ids)`` samples to the reward model's vocabulary
+            (``reasonrl.models.reward_inputs``); None when both share the tokenizer.
+    """
+
+    def __init__(
+        self,
+        engines: Sequence,
+        *,
+        tokenizer,
+        template,
+        scorer: Scorer,
+        settings: GenerationSettings,
+        reward_model=None,
+        reward_model_encoder: Callable | None = None,
+    ):
+        self.engines, self.tokenizer, self.template, self.scorer = list(engines), tokenizer, template, scorer
+        self.settings, self.reward_model, self.reward_model_encoder = settings, reward_model, reward_model_encoder
+        self._scorer_lock = threading.Lock()
+
+    def encode(self, rows: Sequence[dict]) -> list[list[int]]:
+        """Prompt token ids (the template's text, tokenized without extra special tokens), cut to max_prompt_len."""
+        ids = []
+        for row in rows:
+            tokens = self.tokenizer(self.template.render(row), add_special_tokens=False).input_ids
+            ids.append(tokens[-self.settings.max_prompt_len :])
+        return ids
+
+    def start_generation(
+        self, rows: Sequence[dict], *, n: int, temperature: float, seed: int, logprobs: bool = False
+    ) -> list[AsyncIterator[list[Completion]]]:
+        """Launch ``n`` samples per row, prompts split evenly over the engines (contiguous parts); ``logprobs``:
+        each completion carries the engine's log-prob of every sampled token (rollout-policy correction).
+
+        Returns one async iterator per engine that got prompts, yielding lists of finished completions with
+        ``prompt_index`` counted over ``rows``: each completion as its engine finishes it with ``stream_rollout``
+        (``VLLMEngine.generate_stream``), else the engine's whole part at once (``VLLMEngine.generate``). Both
+        give the same completions.
+        """
+        from reasonrl.distributed.vllm_engine import SamplingConfig
+
+        s = self.settings
+        prompt_ids = self.encode(rows)
+        bounds = even_bounds(len(rows), len(self.engines))
+        parts = []
+        for e, engine in enumerate(self.engines):
+            if bounds[e] == bounds[e + 1]:
+                continue  # fewer prompts than engines
+            sampling = SamplingConfig(
+                n=n,
+                temperature=temperature,
+                top_p=s.top_p if temperature > 0 else 1.0,
+                top_k=s.top_k if temperature > 0 else 0,
+                max_tokens=s.generate_max_len,
+                stop=list(s.stop) or None,
+                include_stop_str_in_output=s.include_stop_str_in_output,
+                seed=derive_seed(seed, e),
+                logprobs=logprobs,
+            )
+            ids = prompt_ids[bounds[e] : bounds[e + 1]]
+            if s.stream_rollout:  # launched now, on every engine at once; read as it comes
+                launched = engine.generate_stream.options(num_returns="streaming").remote(ids, sampling)
+            else:
+                launched = engine.generate.remote(ids, sampling)
+            parts.append(_engine_parts(launched, bounds[e], streamed=s.stream_rollout))
+        return parts
+
+    def score_serialised(self, completions: Sequence[Completion], rows: Sequence[dict]) -> list:
+        """``scorer(completions, rows)``, one call at a time across every concurrent rollout and eval of this
+        generator (asynchronous rollouts score while others generate). Blocking: run it in a worker thread."""
+        with self._scorer_lock:
+            return self.scorer(completions, rows)
+
+    async def generate_and_score(
+        self,
+        rows: Sequence[dict],
+        *,
+        n: int,
+        temperature: float,
+        seed: int,
+        logprobs: bool = False,
+        on_ready: OnReady | None = None,
+        ready_when_scored: bool = True,
+    ) -> ScoredGeneration:
+        """Generate ``n`` samples per row and score them as they arrive
+        (:func:`reasonrl.loop.rollout_stream.score_as_they_arrive`: each completion as it finishes with
+        ``stream_rollout``, else each engine's part), one scorer call at a time, while the engines still generate.
+
+        Completions and results come back prompt-major (prompt index, then sample index), whatever order they
+        finished in, so they do not depend on timing as long as the scorer scores each sample on its own (true for
+        the built-in rules; a user reward function sees whatever finished together per call). The learned reward
+        model, when there is one, scores all completions after the last engine returned (``model_scores`` in that
+        order). ``on_ready``: see ``score_as_they_arrive`` (rule scores only).
+        """
+        parts = self.start_generation(rows, n=n, temperature=temperature, seed=seed, logprobs=logprobs)
+
+        def score(completions: list[Completion]) -> list:
+            return self.score_serialised(completions, [rows[c.prompt_index] for c in completions])
+
+        completions, results, times = await score_as_they_arrive(
+            parts, score, on_ready=on_ready, ready_when_scored=ready_when_scored
+        )
+        model_scores = await self.add_reward_model_scores(completions, results)
+        reward_s = time.perf_counter() - times.generated  # scoring and the reward model after the last engine
+        return ScoredGeneration(
+            completions, results, times.generate_s, reward_s, times.reward_overlapped_s, model_scores
+        )
+
+    async def add_reward_model_scores(self, completions: Sequence[Completion], results: Sequence) -> list[float]:
+        """With a learned reward model: add its score to each ``results[i].reward`` (and set ``model_score``) and
+        return the scores; without one, nothing (an empty list). Everything downstream (dynamic sampling, the
+        logged reward, the advantages) sees the same final reward."""
+        if self.reward_model is None or not completions:
+            return []
+        scores = (await self.reward_model_scores(completions)).tolist()
+        for r, s in zip(results, scores, strict=True):
+            r.reward = float(r.reward) + s
+            r.model_score = s
+        return scores
+
+    async def reward_model_scores(self, completions: Sequence[Completion]) -> torch.Tensor:
+        """[batch] scores of the learned reward model, in its own vocabulary (re-tokenised when it differs)."""
+        samples = [(c.prompt_token_ids, c.token_ids) for c in completions]
+        if self.reward_model_encoder is not None:
+            samples = self.reward_model_encoder(samples)
+        group = self.reward_model
+        parts = await gather_all(group.call_sharded_async("score", even_parts(samples, group.world_size)))
+        return torch.cat([p.float() for p in parts])
+
+
+async def _engine_parts(launched, offset: int, *, streamed: bool):
+    """One engine's completions as they come (see ``Generator.start_generation``), prompt_index + ``offset``:
+    ``launched`` is the ref of ``generate`` (one part) or the ref generator of ``generate_stream``."""
+    if not streamed:
+        yield _with_prompt_offset(await launched, offset)
+        return
+    async for ref in launched:
+        yield _with_prompt_offset(await ref, offset)
+
+
+def _with_prompt_offset(part: Sequence[Completion], offset: int) -> list[Completion]:
+    """One engine's completions with prompt_index counted in the full row list (the engine got rows[offset:])."""
+    for c in part:
+        c.prompt_index += offset
+    return list(part)
