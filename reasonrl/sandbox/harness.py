@@ -504,6 +504,16 @@ def _tail(path, n=800):
         return ""
 
 
+def _over_cap(tag, cap):
+    for name in (f"out{tag}", f"err{tag}", f"res{tag}"):
+        try:
+            if os.stat(name).st_size >= cap:
+                return True
+        except OSError:
+            pass
+    return False
+
+
 def _read_capped(path, cap):
     try:
         with open(path, "rb") as f:
@@ -554,6 +564,8 @@ def run_job(job, ns, emit):
         status, elapsed = wait_child(pid, min(test_s, left))
         sweep(ns)
         out = outcome(status, elapsed, i)
+        if out["s"] in ("ok", "error") and _over_cap(i, lim["output_bytes"]):  # Python ignores SIGXFSZ: EFBIG
+            out["s"], out["sig"] = "killed", "SIGXFSZ"
         data = _read_capped(f"out{i}" if mode == "stdio" else f"res{i}", lim["output_bytes"])
         if out["s"] == "ok" and data is None:
             out.update(s="error", e="no result (the program exited before returning) " + out["e"])
