@@ -20,7 +20,7 @@ Test formats (``tests`` is a dict or its JSON text):
   list and the return value matches its element (APPS/TACO wrap outputs so).
 * HumanEval style: ``{"entry_point": name, "check": "def check(candidate): ..."}``: one test, passed when
   ``check`` returns. The check runs in the sandbox, in a process of its own that calls the candidate's functions in
-  another process and only ever sees plain values (see docs/rewards.md for what remains possible).
+  another process and only ever sees plain values (see docs/rewards_and_data.md for what remains possible).
 
 Expected outputs of the first two formats never enter the sandbox. ``status`` is ``passed`` only when every test
 passes; otherwise it is the status of the first test that did not pass: ``wrong`` (ran, wrong output), ``error``

@@ -19,7 +19,7 @@ check with proxies that call into C. K's exit status is the verdict, and K and H
 cannot ptrace them, read their memory or reach their descriptors.
 
 Without namespaces (``isolate=none`` or a kernel that refuses them) H is a plain child in its own session, a child
-subreaper that kills the descendants it collects; see docs/rewards.md for what that mode does not isolate.
+subreaper that kills the descendants it collects; see docs/rewards_and_data.md for what that mode does not isolate.
 
 Values cross the boundary as JSON with tags for tuples, sets, dicts, bytes and non-finite floats; any other type
 (an object with a lying ``__eq__``, a subclass of ``int``) cannot be encoded and the test fails.

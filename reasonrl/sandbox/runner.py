@@ -49,7 +49,7 @@ class SandboxLimits:
         nofile: open files per process (``RLIMIT_NOFILE``).
         tmpfs_mb: size of its fresh /tmp (the working directory) in namespace mode.
         isolate: ``auto`` (namespaces where the kernel allows them, else the fallback), ``ns`` (required: a job
-            fails with ``error`` where they are refused) or ``none`` (the fallback, see docs/rewards.md).
+            fails with ``error`` where they are refused) or ``none`` (the fallback, see docs/rewards_and_data.md).
     """
 
     timeout_s: float = 10.0

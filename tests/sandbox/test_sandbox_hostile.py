@@ -2,7 +2,8 @@
 second, leaves no process or file behind, and the run goes on (a correct program passes afterwards).
 
 Programs are run with a 1.5 s per-test and 2.5 s per-program limit. Where the kernel refuses namespaces the
-network, write-outside and kill-the-parent cases are skipped (the fallback does not isolate them: docs/rewards.md).
+network, write-outside and kill-the-parent cases are skipped (the fallback does not isolate them:
+docs/rewards_and_data.md).
 """
 
 from __future__ import annotations
