@@ -76,6 +76,7 @@ class PoolStats:
     errors: int = 0
     crashes: int = 0
     restarts: int = 0
+    batch_deadline_items: int = 0  # items scored ``timeout`` because their batch ran past ``map(deadline_s=...)``
 
 
 def sleep_task(seconds: float) -> float:
@@ -209,6 +210,7 @@ class TimeoutPool:
         self._lock = threading.Lock()
         self._closed = False
         self._startup_failures = 0
+        self._batch_end: float | None = None  # the running map's batch deadline (monotonic), if any
         self._workers = [self._spawn() for _ in range(self.num_workers)]
         _LIVE_POOLS.add(self)
 
@@ -275,23 +277,33 @@ class TimeoutPool:
                         self._handle_crash(i, [], deque())
 
     # -- work ------------------------------------------------------------------------------------------------
-    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], chunk_size: int | None = None) -> list[TaskOutcome]:
+    def map(
+        self,
+        fn: Callable[[Any], Any],
+        items: Sequence[Any],
+        chunk_size: int | None = None,
+        deadline_s: float | None = None,
+    ) -> list[TaskOutcome]:
         """Run ``fn`` on every item; returns one ``TaskOutcome`` per item, in order. Never raises for item failures.
 
         ``fn`` must be picklable by reference (a module-level function) and items must be picklable.
+        ``deadline_s``: a limit for the whole batch (seconds from now); past it, running items are killed and they
+        and the items not yet run come back as ``timeout`` (error ``batch deadline``), counted in
+        ``stats.batch_deadline_items``; the busy workers are replaced.
         """
         if self._closed:
             raise RuntimeError("TimeoutPool is closed")
         with self._lock:
             try:
-                return self._map(fn, list(items), chunk_size or self.chunk_size)
+                end = None if deadline_s is None else time.monotonic() + deadline_s
+                return self._map(fn, list(items), chunk_size or self.chunk_size, end)
             except BaseException:  # e.g. KeyboardInterrupt: busy workers would later answer for stale items
                 for i, w in enumerate(self._workers):
                     if w.inflight:
                         self._replace(i)
                 raise
 
-    def _map(self, fn, items: list, chunk_size: int | None) -> list[TaskOutcome]:
+    def _map(self, fn, items: list, chunk_size: int | None, end: float | None = None) -> list[TaskOutcome]:
         n = len(items)
         results: list[TaskOutcome | None] = [None] * n
         if n == 0:
@@ -301,6 +313,8 @@ class TimeoutPool:
         remaining = n
         while remaining:
             now = time.monotonic()
+            if end is not None and now >= end:
+                return self._past_deadline(results, pending)
             for i, w in enumerate(self._workers):
                 if not w.ready:
                     if now - w.started_at > self.startup_timeout_s:
@@ -308,6 +322,7 @@ class TimeoutPool:
                     continue
                 if pending and (not w.inflight or (w.queued_bytes_ok and len(w.inflight) <= cs)):
                     self._dispatch(i, fn, items, pending, cs)
+            self._batch_end = end
             remaining -= self._collect(results, pending)
             remaining -= self._enforce_deadlines(results, pending)
         return results  # type: ignore[return-value]
@@ -342,9 +357,28 @@ class TimeoutPool:
         deadlines += [w.started_at + self.startup_timeout_s for w in self._workers if not w.ready]
         return min(deadlines) if deadlines else None
 
+    def _past_deadline(self, results: list, pending: deque) -> list[TaskOutcome]:
+        """The batch deadline passed: everything unfinished is ``timeout``; busy workers are replaced."""
+        for i, w in enumerate(self._workers):
+            if w.inflight:
+                pending.extend(w.inflight)
+                w.inflight.clear()
+                self._replace(i)
+        for j, r in enumerate(results):
+            if r is None:
+                results[j] = TaskOutcome("timeout", None, "batch deadline")
+                self.stats.items += 1
+                self.stats.timeouts += 1
+                self.stats.batch_deadline_items += 1
+        pending.clear()
+        return results
+
     def _collect(self, results: list, pending: deque) -> int:
         """Wait for messages or deaths until the next deadline; record finished items. Returns items finished."""
         deadline = self._next_deadline()
+        end = self._batch_end
+        if end is not None:
+            deadline = end if deadline is None else min(deadline, end)
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         handles = [w.conn for w in self._workers] + [w.proc.sentinel for w in self._workers]
         wait(handles, timeout=timeout)

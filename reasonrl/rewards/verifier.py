@@ -32,6 +32,8 @@ class RewardVerifier:
         memory_limit_mb: address-space limit per worker.
         chunk_size: pairs per IPC message (default adaptive).
         start_method: ``forkserver`` (default on Linux) or ``spawn``.
+        batch_timeout_s: limit of one ``verify_batch`` call (None: none); past it the pairs not verified yet score
+            ``timeout`` (error ``batch deadline``), counted in ``stats()["batch_deadline_items"]``.
     """
 
     def __init__(
@@ -44,7 +46,9 @@ class RewardVerifier:
         memory_limit_mb: int | None = 4096,
         chunk_size: int | None = None,
         start_method: str | None = None,
+        batch_timeout_s: float | None = None,
     ):
+        self.batch_timeout_s = batch_timeout_s
         self.config = config or VerifyConfig(extract_mode=extract_mode)
         self.pool = TimeoutPool(
             num_workers,
@@ -96,7 +100,7 @@ class RewardVerifier:
                 tasks.append((response, gold, config))
                 owners.append([])
             owners[unique[key]].append(i)
-        outcomes = self.pool.map(verify_item, tasks)
+        outcomes = self.pool.map(verify_item, tasks, deadline_s=self.batch_timeout_s)
         for outcome, idx in zip(outcomes, owners, strict=True):
             result = _to_result(outcome)
             for i in idx:
