@@ -339,7 +339,7 @@ class PPOTrainer(RolloutMixin, ForwardsMixin):
         if self.roles.critic is not None:
             groups["critic"] = self.roles.critic
         shards = await self.send_step_data(exp, list(groups.values()))
-        lengths = [len(r) for _, r in exp.samples]
+        lengths = exp.loss_tokens()  # loss tokens per sample: the response lengths when the loss mask has no holes
         updates = {role: self.update_role(role, shards[g.world_size], lengths) for role, g in groups.items()}
         if "critic" not in updates:
             return await updates["policy"]
@@ -365,7 +365,7 @@ class PPOTrainer(RolloutMixin, ForwardsMixin):
 
         Args:
             shards: the step's sample indices of each rank (what :meth:`send_step_data` sent).
-            lengths: response tokens of each sample of the step.
+            lengths: loss tokens of each sample of the step (``Experience.loss_tokens``).
         """
         cfg = self.cfg
         group = self.roles.policy if role == "policy" else self.roles.critic
