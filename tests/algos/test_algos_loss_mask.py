@@ -173,10 +173,8 @@ def test_gae_with_holes_is_verls_multi_turn_gae_and_the_gae_of_the_compacted_bat
     assert_close(ret[mask].double(), ref_ret[mask], rtol=1e-5, atol=1e-6)
     assert (adv[~mask] == 0).all() and (ret[~mask] == 0).all()  # verl leaves the carried value there; unused
     c_mask = compact_mask(mask)
-    c_adv, c_ret = compute_advantages(
-        "gae", token_rewards=compact(rewards, mask), action_mask=c_mask, values=compact(values, mask), gamma=gamma,
-        lam=lam,
-    )  # fmt: skip
+    compacted = dict(token_rewards=compact(rewards, mask), action_mask=c_mask, values=compact(values, mask))
+    c_adv, c_ret = compute_advantages("gae", **compacted, gamma=gamma, lam=lam)
     assert_close(compact(adv, mask), c_adv) and assert_close(compact(ret, mask), c_ret)
     # whitening over the loss tokens only, as verl's
     white, _ = compute_advantages(
