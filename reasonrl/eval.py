@@ -5,7 +5,7 @@
     python -m reasonrl.eval pretrain=Qwen/Qwen2.5-7B eval_data=math500_test,aime24 eval_n_samples=16 out_dir=ev
 
 The same pieces as training, built by the same code: Ray and the placement (``reasonrl.distributed.placement``),
-the vLLM engines (``reasonrl.exp.start_vllm_engines``), the data, template and scorer (the ``BasePPOExp`` hooks),
+the vLLM engines (``loop.launch.start_vllm_engines``), the data, template and scorer (the ``BasePPOExp`` hooks),
 prompt encoding, sampling, scoring and seeds (``reasonrl.loop.generation.Generator`` and
 ``reasonrl.loop.evaluation.eval_set``, as the trainer's in-loop eval).
 So evaluating a run's starting model with its config reproduces that run's step-0 ``eval/*`` numbers.
@@ -266,7 +266,8 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
     from reasonrl.data.sources import DataFormatError
     from reasonrl.distributed.placement import build_placement
     from reasonrl.distributed.ray_cluster import check_ray_address, init_ray
-    from reasonrl.exp import BasePPOExp, _logged, ray_cluster_checked, start_vllm_engines
+    from reasonrl.exp import BasePPOExp
+    from reasonrl.loop.launch import logged, ray_cluster_checked, start_vllm_engines
     from reasonrl.loop.scoring import routing_problems
     from reasonrl.utils.reaper import start_reaper
 
@@ -288,7 +289,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
     with contextlib.ExitStack() as stack:
         scorer = hooks.build_scorer()
         if callable(getattr(scorer, "close", None)):
-            stack.callback(_logged, scorer.close)
+            stack.callback(logged, scorer.close)
         if callable(getattr(scorer, "wait_ready", None)):
             scorer.wait_ready()
         start_reaper()  # before Ray starts: even a killed driver leaves no Ray/vLLM/reward process behind
@@ -296,14 +297,14 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
         with ray_cluster_checked():
             init_ray(cfg.ray_address, device=cfg.device)
         if started_ray:
-            stack.callback(_logged, ray.shutdown)
+            stack.callback(logged, ray.shutdown)
         plan = build_placement(
             cfg.eval_role_resources(),
             colocate_all=True,
             device=cfg.resolved_device(ray.cluster_resources()),
             cpus_per_bundle=cfg.cpus_per_bundle,
         )
-        stack.callback(_logged, plan.remove)
+        stack.callback(logged, plan.remove)
         engines = start_vllm_engines(cfg, plan["vllm"], stack)
         ray.get([e.ready.remote() for e in engines])
         evaluator = Evaluator(cfg, engines, tokenizer, template, scorer)

@@ -1,5 +1,6 @@
-"""``BasePPOExp.run()``: every user hook is called and checked before Ray starts; the scorer is built once, is the
-one the trainer gets, and is closed on every exit path; an unguarded script fails fast with the reason.
+"""``BasePPOExp.run()``, driven by ``ExperimentRunner``: every user hook is called and checked before Ray starts;
+the scorer is built once, is the one the trainer gets, and is closed on every exit path; an unguarded script fails
+fast with the reason.
 
 Nothing here starts Ray: ``init_ray`` is replaced by a function that fails the test, so old code that reached Ray
 before checking the hooks fails at once instead of starting the stack.
@@ -20,6 +21,7 @@ import ray
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 from reasonrl.exp import BasePPOExp
 from reasonrl.loop.exp_hooks import HookError
+from reasonrl.loop.lifecycle import ExperimentRunner
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = [{"id": f"r{i}", "question": f"{i}+1=", "answer": str(i + 1)} for i in range(8)]
@@ -97,11 +99,11 @@ def test_the_scorer_is_built_once_handed_on_and_closed(no_ray, tmp_path, monkeyp
             built.append(Scorer())
             return built[-1]
 
-    def start(self, stack, tokenizer, inputs):  # stands in for Ray, workers and engines: the start-up fails
+    def start(self, stack, inputs):  # stands in for Ray, workers and engines: the start-up fails
         handed.append(inputs)
         raise RuntimeError("start-up failed")
 
-    monkeypatch.setattr(BasePPOExp, "_start", start)
+    monkeypatch.setattr(ExperimentRunner, "start", start)
     with pytest.raises(RuntimeError, match="start-up failed"):
         MyExp(config(tmp_path)).run()
     assert len(built) == 1 and handed[0].scorer is built[0]  # the trainer gets the scorer the check saw
@@ -144,10 +146,10 @@ def test_damaged_checkpoints_refuse_resume_auto_and_resume_none_sets_them_aside(
         (tmp / "trainer_state.json").write_text('{"global_step": 2}')
     (manager.path_for(2) / "trainer_state.json").write_text("{")
     with pytest.raises(ConfigError, match=r"(?s)resume refused.*step_2 \(moved aside to step_2\.damaged-.*resume=none"):
-        BasePPOExp(cfg).resume_checkpoint()
+        ExperimentRunner(BasePPOExp(cfg)).resume_checkpoint()
     with manager.staging(1) as tmp:  # a complete checkpoint of the old run, from before the damage
         (tmp / "trainer_state.json").write_text('{"global_step": 1}')
-    fresh = BasePPOExp(dataclasses.replace(cfg, resume="none"))
+    fresh = ExperimentRunner(BasePPOExp(dataclasses.replace(cfg, resume="none")))
     assert fresh.resume_checkpoint() is None
     assert sorted(p.name.split("-")[0] for p in manager.root.iterdir()) == ["step_1.superseded", "step_2.damaged"]
 
@@ -215,12 +217,13 @@ def test_start_roles_orders_engines_before_deepspeed_under_colocate_all(monkeypa
     report = dict(requested="auto", attn_implementation="sdpa", packing=False, device=device, flash_attn_error=None)
     # each worker's report of the backend it resolved, logged once every role is set up
     monkeypatch.setattr(ray, "get", lambda refs: events.append(("get", *refs)) or [report] * len(refs))
-    exp = BasePPOExp.__new__(BasePPOExp)
-    exp.cfg = TinyGRPOCPUConfig(colocate_all=colocate_all)
+    from reasonrl.loop.launch import start_roles
+
+    cfg = TinyGRPOCPUConfig(colocate_all=colocate_all)
     with contextlib.ExitStack() as stack:
         plan = Plan(policy=None, vllm=None)
         plan.device = device
-        exp._start_roles(stack, plan, num_steps=1, pad_token_id=0)
+        start_roles(cfg, stack, plan, num_steps=1, pad_token_id=0)
         stack.pop_all()
     together = [("engines",), ("ready",), ("policy.setup",), ("get", "ready", "policy.setup")]
     reported = [("policy.attention",), ("get", "policy.attention")]
@@ -245,7 +248,7 @@ def test_a_ray_cluster_error_is_raised_as_the_config_error_on_ray_address():
     """distributed/ has its own error type (it does not import config/); the entry points report it as a ConfigError."""
     from reasonrl.config import ConfigError
     from reasonrl.distributed.ray_cluster import RayClusterError
-    from reasonrl.exp import ray_cluster_checked
+    from reasonrl.loop.launch import ray_cluster_checked
 
     with pytest.raises(ConfigError, match=r"no Ray cluster: 1 problem:\n  - ray_address='x:1': nothing there") as info:
         with ray_cluster_checked():

@@ -1,4 +1,4 @@
-"""run()'s cleanups: an ExitStack of ``_logged`` callbacks runs them last-registered first, logs a failing one and
+"""The run's cleanups: an ExitStack of ``logged`` callbacks runs them last-registered first, logs a failing one and
 still runs the others, on a normal exit, an error and Ctrl-C alike."""
 
 import contextlib
@@ -6,7 +6,7 @@ import contextlib
 import pytest
 from loguru import logger
 
-from reasonrl.exp import _logged
+from reasonrl.loop.launch import logged
 
 
 def run_with_cleanups(body, ran: list[str], warnings: list[str]) -> None:
@@ -20,9 +20,9 @@ def run_with_cleanups(body, ran: list[str], warnings: list[str]) -> None:
     sink = logger.add(lambda m: warnings.append(m.record["message"]), level="WARNING")
     try:
         with contextlib.ExitStack() as stack:
-            stack.callback(_logged, lambda: ran.append("ray"))
-            stack.callback(_logged, failing_placement_removal)
-            stack.callback(_logged, lambda: ran.append("engines"))
+            stack.callback(logged, lambda: ran.append("ray"))
+            stack.callback(logged, failing_placement_removal)
+            stack.callback(logged, lambda: ran.append("engines"))
             body()
     finally:
         logger.remove(sink)

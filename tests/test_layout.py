@@ -215,8 +215,8 @@ def _outside(modules: dict[str, Module], package: str) -> dict[str, set[str]]:
 def test_the_scanner_sees_lazy_relative_and_package_imports():
     modules = load_modules()
     graph = module_graph(modules)
-    # lazy (function-level) import: BasePPOExp.run's tokenizer loader fills the offline-model registry
-    assert "reasonrl.sft.warm_start" in graph["reasonrl.exp"]
+    # lazy (function-level) import: the runner's tokenizer loader fills the offline-model registry
+    assert "reasonrl.sft.warm_start" in graph["reasonrl.loop.lifecycle"]
     # importing reasonrl.config.errors from outside runs reasonrl/config/__init__.py first
     assert "reasonrl.config" in graph["reasonrl.sft.config"]
     tree = ast.parse("from . import base\nfrom ..utils import paths\nif TYPE_CHECKING:\n    import torch\n")

@@ -11,8 +11,9 @@ Modules, one job each:
 * ``rollout_correction`` rollout-vs-trainer importance weights (TIS / MIS, ``ROLLOUT_CORRECTION_MODES``) and metrics
 * ``utils``         masked statistics, whitening, prompt-group statistics
 
-Tensor conventions: token tensors are [batch, seq] over response tokens, ``action_mask`` [batch, seq] (1 = real
-token), ``group_ids`` LongTensor [batch]. See docs/algorithms.md for the formulas and supported names.
+Tensor conventions: token tensors are [batch, seq] over response tokens, ``action_mask`` [batch, seq] the loss
+mask (1 = a response token trained on; 0 = padding, or a masked token inside a response such as tool output),
+``group_ids`` LongTensor [batch]. See docs/algorithms.md for the formulas and supported names.
 """
 
 from reasonrl.algos.advantages import (

@@ -4,7 +4,7 @@ Every estimator has the SAME keyword-only signature so the trainer can call any 
 
     advantages, returns = fn(
         token_rewards=...,        # [batch, seq] token rewards, or [batch] outcome rewards
-        action_mask=...,          # [batch, seq] 1 = response token, 0 = padding
+        action_mask=...,          # [batch, seq] loss mask: 1 = token trained on, 0 = padding or a hole
         values=None,              # [batch, seq] critic values V(s_t)           (gae)
         group_ids=None,           # [batch] prompt-group ids                     (grpo, dr_grpo, rloo, *_baseline)
         gamma=1.0, lam=1.0,       # discount / GAE lambda                        (gae; gamma also reinforce_plus_plus)
@@ -21,9 +21,11 @@ token where a token-level view is needed) or ``[batch, seq]`` (e.g. outcome at t
 KL penalty). Outcome estimators (grpo, dr_grpo, rloo, reinforce_plus_plus_baseline) use the sequence score
 s_i = sum_t r_{i,t} m_{i,t}. Rewards at masked positions are ignored everywhere.
 
-Masked positions in the MIDDLE of a response (e.g. tool output in multi-turn) are skipped by the recursions
-(gae, reinforce_plus_plus, remax): the running value/advantage/return is carried through them unchanged and
-undiscounted, so valid tokens get the same result as if the masked tokens were removed.
+Masked positions in the MIDDLE of a response (holes: e.g. tool output in multi-turn) are skipped by the
+recursions (gae, reinforce_plus_plus, remax): the running value/advantage/return is carried through them unchanged
+and undiscounted, so valid tokens get the same result as if the masked tokens were removed (verl's multi-turn GAE
+rule). Rewards and values at masked positions are ignored; an outcome reward sits on the last loss token of its row
+(a row without any loss token gets none). Outcome estimators score a sample by its loss tokens.
 
 Singleton groups (a prompt with one sample): grpo, dr_grpo, rloo and reinforce_plus_plus_baseline give
 advantage 0 before any whitening: with one sample there is no baseline to compare against.
@@ -188,13 +190,19 @@ def gae_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised Advantage Estimation (Schulman et al. 2016, arXiv:1506.02438), as used by PPO/ORZ.
 
-    Backward over valid tokens t (V_next = 0 and A_next = 0 after the last valid token)::
+    The rule for a loss mask with holes: the recursion runs over the loss tokens only. For row i let
+    u_1 < ... < u_K be the positions with m[i, u] = 1 (``action_mask`` [batch, seq]); with r, V [batch, seq]::
 
-        delta_t = r_t + gamma * V_next - V_t
-        A_t     = delta_t + gamma * lam * A_next
-        R_t     = A_t + V_t                    (returns, taken BEFORE any whitening)
+        delta_{u_k} = r_{u_k} + gamma * V_{u_{k+1}} - V_{u_k}          V_{u_{K+1}} = 0
+        A_{u_k}     = delta_{u_k} + gamma * lam * A_{u_{k+1}}          A_{u_{K+1}} = 0
+        R_{u_k}     = A_{u_k} + V_{u_k}                  (returns, taken BEFORE any whitening)
+        A_t = R_t = 0 where m[i, t] = 0                   (padding and holes; r_t and V_t there are never read)
 
-    Masked positions are skipped: V_next and A_next are carried through them unchanged.
+    i.e. GAE of the response with its masked tokens removed: a masked span (tool output) neither discounts nor
+    bootstraps; the value after an assistant turn is that of the next loss token. verl's
+    ``compute_gae_advantage_return`` does the same (its loop carries ``nextvalues`` and ``lastgaelam`` through
+    observation tokens), except that it leaves the carried value at masked positions where this gives 0 (no loss
+    reads them). Without holes u_k = k and this is textbook GAE.
     With gamma = lam = 1 and an outcome reward R at the last token: A_t = R - V_t and R_t = R (ORZ's recipe).
 
     Vectorised (no Python loop over tokens), [batch, seq] tensors throughout::

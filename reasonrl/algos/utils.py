@@ -3,7 +3,8 @@
 Conventions used across ``reasonrl.algos``:
 
 * token tensors are ``[batch, seq]`` over RESPONSE tokens only;
-* ``action_mask`` is ``[batch, seq]`` with 1 for a real response token and 0 for padding;
+* ``action_mask`` is ``[batch, seq]``, the loss mask: 1 for a response token trained on, 0 for padding and for
+  masked tokens inside a response (holes: tool output in multi-turn), which every function treats as absent;
 * ``group_ids`` is a LongTensor ``[batch]``; samples of the same prompt share an id. Groups need not be
   contiguous nor of equal size.
 

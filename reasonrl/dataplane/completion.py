@@ -13,6 +13,8 @@ class Completion:
     log-probability the sampler gave ``token_ids[i]`` (raw model distribution, before temperature/top-p
     processing, as vLLM's ``raw_logprobs`` mode reports it), or ``None`` when logprobs were not requested.
     ``finish_reason`` is ``"stop"`` (EOS or a stop string) or ``"length"`` (hit ``max_tokens``).
+    ``loss_mask[i]`` says whether ``token_ids[i]`` is trained on (False for tokens the policy did not sample, e.g.
+    a tool's output inside a multi-turn response); None, what an engine returns, means every token is.
     """
 
     prompt_index: int
@@ -22,3 +24,4 @@ class Completion:
     text: str
     finish_reason: str
     logprobs: list[float] | None = None
+    loss_mask: list[bool] | None = None

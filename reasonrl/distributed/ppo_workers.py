@@ -12,6 +12,10 @@ Data plane: the forward passes take a :class:`reasonrl.dataplane.experience.Ragg
 per-response-token outputs (``ragged_logprobs`` / ``ragged_values``). For the updates, each rank receives its shard
 of the whole step once (``set_step_data``); every optimizer step then names only the positions of its mini-batch
 in that shard (``update_mini_batch``). ``update(experience, ...)`` takes a whole mini-batch directly.
+
+Masks: a micro-batch's forward runs over the response span (``batch.action_mask`` of the padded/packed batch); its
+losses, metrics and token counts use the experience's loss mask (``Experience.action_mask``, a subset of the span
+that may have holes: tool output), via :func:`_loss_mask`.
 """
 
 from __future__ import annotations
@@ -295,7 +299,7 @@ class PolicyWorker(_ModelWorker):
             weight = 1.0 if idx else 0.0  # dummy micro-batches keep collectives aligned but contribute nothing
             mb = experience.select(idx, width) if idx else None
             logprobs, entropy = response_logprobs(self.engine, batch, cfg.temperature, with_entropy=True)
-            mask = batch.action_mask
+            mask = _loss_mask(batch, mb)  # the loss mask (holes allowed) on the forward's response grid
             agg = (cfg.agg_mode, global_tokens, global_seqs, cfg.norm_constant)
             if mb is None:
                 loss, stats = logprobs.sum() * 0.0, {}
@@ -445,13 +449,14 @@ class CriticWorker(_ModelWorker):
         for i, (idx, samples) in enumerate(micro_batches):
             batch = self._batch(samples)
             values = response_values(self.engine, batch)
-            if idx:
-                mb = experience.select(idx, batch.num_actions)
+            mb = experience.select(idx, batch.num_actions) if idx else None
+            mask = _loss_mask(batch, mb)  # the loss mask (holes allowed) on the forward's response grid
+            if mb is not None:
                 loss, stats = value_loss(
                     values,
                     mb.old_values.to(values),
                     mb.returns.to(values),
-                    batch.action_mask,
+                    mask,
                     clip_eps=cfg.clip_eps,
                     agg_mode=cfg.agg_mode,
                     global_num_tokens=global_tokens,
@@ -462,7 +467,7 @@ class CriticWorker(_ModelWorker):
                 loss, stats = values.sum() * 0.0, {}
             ds.backward(self.engine, loss * self.world_size, is_last=i == len(micro_batches) - 1)
             loss_share += float(loss.detach())
-            n = int(batch.action_mask.sum()) if idx else 0
+            n = int(mask.sum()) if idx else 0
             if n:
                 _accumulate(metrics, stats, n)
                 tokens_seen += n
@@ -542,6 +547,19 @@ def _stitch(worker, samples, forward) -> list[torch.Tensor | None]:
                 if out is not None:
                     out[idx, : r.shape[1]] = r.float().cpu()
     return outputs or [torch.zeros(len(samples), width)]
+
+
+def _loss_mask(batch, mb: Experience | None) -> torch.Tensor:
+    """The loss mask of one micro-batch on ``batch``'s device, ``[mb, T]`` bool: ``mb.action_mask`` (the
+    experience's loss mask, holes allowed) checked against the response span the forward ran over
+    (``batch.action_mask``, same width); the span itself for a zero-weighted dummy micro-batch (``mb`` None)."""
+    span = batch.action_mask
+    if mb is None:
+        return span
+    mask = mb.action_mask.to(span.device).bool()
+    if mask.shape != span.shape or bool((mask & ~span).any()):
+        raise ValueError(f"the loss mask {tuple(mask.shape)} is not within the response span {tuple(span.shape)}")
+    return mask
 
 
 def _rollout_correction(cfg: PolicyLossConfig, old_logprobs, rollout_logprobs, mask):

@@ -1,4 +1,5 @@
-"""The user hooks of ``BasePPOExp``, called and checked before anything starts (no Ray, no workers, no engines).
+"""The user hooks of ``BasePPOExp``, called and checked by the run's ``ExperimentRunner`` before anything starts
+(no Ray, no workers, no engines).
 
 :func:`build_inputs` calls ``build_template``, ``load_train_rows``, ``load_eval_sets`` and, last (it may start
 reward worker processes), ``build_scorer``, and checks what each returned:

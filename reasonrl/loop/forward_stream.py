@@ -40,12 +40,19 @@ def sample_tokens(c: Completion) -> int:
 
 
 def response_experience(completions: Sequence[Completion]) -> tuple[Experience, torch.Tensor, int]:
-    """``(experience, lengths, width)``: the completions' token ids with the response-prefix ``action_mask``
-    ``[batch, T]`` (no holes: ``RaggedShard`` relies on it), their response lengths ``[batch]`` and T."""
+    """``(experience, lengths, width)``: the completions' token ids with their loss mask as ``action_mask``
+    ``[batch, T]`` (each completion's ``loss_mask``, holes allowed; the whole response when it has none), their
+    response lengths ``[batch]`` and T."""
     samples = [(c.prompt_token_ids, c.token_ids) for c in completions]
     lengths = torch.tensor([len(r) for _, r in samples])
     width = int(lengths.max())
-    return Experience(samples=samples, action_mask=torch.arange(width)[None, :] < lengths[:, None]), lengths, width
+    mask = torch.arange(width)[None, :] < lengths[:, None]  # [batch, T]: the response span
+    for i, c in enumerate(completions):
+        if c.loss_mask is not None:
+            if len(c.loss_mask) != len(c.token_ids):
+                raise ValueError(f"completion {i}: {len(c.loss_mask)} loss-mask entries for {len(c.token_ids)} tokens")
+            mask[i, : len(c.token_ids)] = torch.tensor(c.loss_mask, dtype=torch.bool)
+    return Experience(samples=samples, action_mask=mask), lengths, width
 
 
 def concat_padded(parts: Sequence[torch.Tensor], width: int) -> torch.Tensor:

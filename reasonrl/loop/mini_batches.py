@@ -47,9 +47,10 @@ def rank_mini_batches(
 def mini_batch_counts(
     shards: Sequence[Sequence[int]], per_rank: Sequence[Sequence[int]], lengths: Sequence[int]
 ) -> tuple[int, int]:
-    """``(response tokens, non-empty sequences)`` of one mini-batch over every rank: the global counts that
+    """``(loss tokens, sequences with a loss token)`` of one mini-batch over every rank: the global counts that
     normalise its loss exactly. ``shards[r]``: the step's sample indices of rank r; ``per_rank[r]``: positions in
-    that shard (one entry of :func:`rank_mini_batches`); ``lengths[i]``: response tokens of sample i."""
+    that shard (one entry of :func:`rank_mini_batches`); ``lengths[i]``: loss tokens of sample i (the tokens of its
+    loss mask, ``Experience.loss_tokens``; its response length when the mask has no holes)."""
     members = [lengths[shard[j]] for shard, local in zip(shards, per_rank, strict=True) for j in local]
     return sum(members), sum(1 for n in members if n > 0)
 

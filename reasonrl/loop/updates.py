@@ -64,7 +64,7 @@ class StepUpdates:
         First each rank of each updated role gets its shard of the whole step once (:meth:`send_step_data`);
         every mini-batch of every pass then sends only the positions of its samples in each rank's shard."""
         shards = await self.send_step_data(exp, step)
-        lengths = [len(r) for _, r in exp.samples]
+        lengths = exp.loss_tokens()  # loss tokens per sample: the response lengths when the loss mask has no holes
         updates = {
             role: self.update_role(role, shards[group.world_size], lengths, step, kl_coef)
             for role, group in self.groups.items()
@@ -96,7 +96,7 @@ class StepUpdates:
 
         Args:
             shards: the step's sample indices of each rank (what :meth:`send_step_data` sent).
-            lengths: response tokens of each sample of the step.
+            lengths: loss tokens of each sample of the step (``Experience.loss_tokens``).
         """
         s = self.settings
         group = self.groups[role]

@@ -219,6 +219,7 @@ def test_resume_loads_the_commit_its_checkpoint_pinned_not_todays_main(offline_h
     same ``pretrain=owner/name`` loads the checkpoint's commit, and a fresh run the new ``main``."""
     from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
     from reasonrl.exp import BasePPOExp
+    from reasonrl.loop.lifecycle import ExperimentRunner
 
     def config(**kw):
         return TinyGRPOCPUConfig(pretrain=REPO, ckpt_dir=str(tmp_path / "ckpt"), log_dir=str(tmp_path / "l"), **kw)
@@ -227,7 +228,7 @@ def test_resume_loads_the_commit_its_checkpoint_pinned_not_todays_main(offline_h
     first.pin_models()
     checkpoint(tmp_path / "ckpt", first)
     newer = move_main(offline_hub, NEW_SHA)
-    resumed = BasePPOExp(config(resume="auto"))
+    resumed = ExperimentRunner(BasePPOExp(config(resume="auto")))
     assert resumed.resume_checkpoint() is not None  # the comparison passed: owner/name matches its pin
     assert resumed.cfg.pretrain == f"{REPO}@{SHA}" and resumed.cfg.pin_models() == {}
     assert resumed.cfg.worker_config("ref").model_path == f"{REPO}@{SHA}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -167,3 +168,75 @@ def test_ragged_shard_is_several_times_smaller_than_the_dense_one():
     ragged = len(pickle.dumps(exp.ragged()))
     assert payload_bytes(exp.ragged()) <= ragged < payload_bytes(exp.ragged()) + 4096  # the payload is the tensors
     assert ragged * 5 < dense, (ragged, dense)
+
+
+# ------------------------------------------------------------------------------ loss masks with holes
+def with_holes(exp: Experience, seed: int = 0) -> Experience:
+    """``exp`` with a loss mask that has holes inside the responses (tool output: masked spans of 1-3 tokens), a
+    response whose every token is masked, and a response masked at its end; fields keep their values on the whole
+    response span (the forwards compute them everywhere), zeros past it."""
+    g = torch.Generator().manual_seed(seed)
+    mask = exp.action_mask.clone()
+    for i, (_, response) in enumerate(exp.samples):
+        if len(response) >= 4:
+            start = int(torch.randint(1, len(response) - 2, (1,), generator=g))
+            mask[i, start : start + int(torch.randint(1, 3, (1,), generator=g))] = False
+    non_empty = [i for i, (_, r) in enumerate(exp.samples) if r]
+    mask[non_empty[0]] = False  # every token of this response is masked: no loss token, not a sequence
+    mask[non_empty[1], len(exp.samples[non_empty[1]][1]) - 1] = False  # masked at the end of its response
+    return dataclasses.replace(exp, action_mask=mask)
+
+
+def test_a_loss_mask_without_holes_travels_as_none_and_comes_back_as_the_prefix_mask():
+    """Today's data (no holes): nothing more on the wire, and every count and mask exactly as before."""
+    exp = random_experience(23)
+    shard = exp.ragged()
+    assert shard.loss_mask is None
+    lengths = torch.tensor([len(r) for _, r in exp.samples])
+    prefix = torch.arange(exp.action_mask.shape[1])[None, :] < lengths[:, None]  # the mask the wire implied before
+    assert torch.equal(shard.to_experience().action_mask, prefix)
+    assert exp.loss_tokens() == lengths.tolist() and shard.loss_tokens().tolist() == lengths.tolist()
+    assert shard.num_tokens_and_seqs() == (int(lengths.sum()), int((lengths > 0).sum()))
+
+
+def test_ragged_round_trip_keeps_a_loss_mask_with_holes():
+    exp = with_holes(random_experience(23))
+    span = int(sum(len(r) for _, r in exp.samples))
+    assert int(exp.action_mask.sum()) < span  # there are holes
+    shard = exp.ragged()
+    assert shard.loss_mask.dtype == torch.bool and shard.loss_mask.shape == (span,)
+    assert shard.fields["advantages"].numel() == span  # fields cover the whole response span, holes included
+    assert_same(shard.to_experience(), exp)
+    idx = [20, 3, 0, 11, 1]
+    assert_same(shard.select(idx), exp.select(idx))
+    assert_same(shard.select(idx, width=5), exp.select(idx, width=5))
+    assert_same(shard.subset(idx).to_experience(), exp.select(idx))
+    assert shard.loss_tokens().tolist() == exp.loss_tokens()
+    assert shard.num_tokens_and_seqs() == exp.num_tokens_and_seqs()
+    tokens, seqs = exp.num_tokens_and_seqs()
+    assert tokens == int(exp.action_mask.sum()) and seqs == sum(1 for n in exp.loss_tokens() if n > 0)
+    assert seqs < sum(1 for _, r in exp.samples if r)  # a response with no loss token is no sequence
+    assert exp.ragged(with_fields=False).loss_mask is None  # the forwards run over the whole span
+
+
+def test_ragged_shards_with_holes_partition_the_step_and_keep_its_counts():
+    exp = with_holes(random_experience(40, seed=1), seed=1)
+    parts = exp.shard_indices(3)
+    shards = [exp.ragged(idx) for idx in parts]
+    tokens, seqs = zip(*(s.num_tokens_and_seqs() for s in shards), strict=True)
+    assert (sum(tokens), sum(seqs)) == exp.num_tokens_and_seqs()
+    for idx, shard in zip(parts, shards, strict=True):
+        assert_same(shard.to_experience(exp.action_mask.shape[1]), exp.select(idx, exp.action_mask.shape[1]))
+
+
+def test_a_loss_mask_past_the_response_is_refused():
+    exp = random_experience(5, with_empty=False)
+    short = min(range(5), key=lambda i: len(exp.samples[i][1]))
+    mask = exp.action_mask.clone()
+    mask[short, len(exp.samples[short][1]) :] = True
+    if len(exp.samples[short][1]) == mask.shape[1]:
+        pytest.skip("no padding in this draw")
+    with pytest.raises(ValueError, match=rf"past the response of rows \[{short}\]"):
+        dataclasses.replace(exp, action_mask=mask).ragged()
+    with pytest.raises(ValueError, match="loss_mask: shape"):
+        RaggedShard.from_samples([([1], [2, 3])], {}, torch.ones(3, dtype=torch.bool))

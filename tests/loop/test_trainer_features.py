@@ -20,6 +20,7 @@ import pytest
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 from reasonrl.exp import BasePPOExp
 from reasonrl.loop.exp_hooks import build_inputs
+from reasonrl.loop.lifecycle import ExperimentRunner
 from reasonrl.loop.scoring import UserFnScorer
 from reasonrl.loop.trainer import PPOTrainer, Roles
 from reasonrl.models import named as _named  # noqa: F401  registers pretrain=tiny (resolved below, outside run())
@@ -38,7 +39,8 @@ def read_rows(run_dir: Path) -> dict[int, dict]:
 
 @pytest.fixture(scope="module")
 def stack(ray_cluster, tmp_path_factory):
-    """Policy (ZeRO-3, 1 rank) + reference + one vLLM engine, started once through ``BasePPOExp``."""
+    """Policy (ZeRO-3, 1 rank) + reference + one vLLM engine, started once by the ``ExperimentRunner`` of a
+    ``BasePPOExp``."""
     from transformers import AutoTokenizer
 
     root = tmp_path_factory.mktemp("features")
@@ -58,13 +60,13 @@ def stack(ray_cluster, tmp_path_factory):
         resume="none",
     )
     base.validate()
-    exp = BasePPOExp(base)
+    exp = ExperimentRunner(BasePPOExp(base))
     tokenizer = AutoTokenizer.from_pretrained(base.resolve_model_path(base.pretrain))
     with contextlib.ExitStack() as cleanup:
-        inputs = build_inputs(exp, tokenizer)
+        inputs = build_inputs(exp.exp, tokenizer)
         if inputs.close is not None:
             cleanup.callback(inputs.close)
-        exp._start(cleanup, tokenizer, inputs)
+        exp.start(cleanup, inputs)
         cleanup.callback(exp.trainer.tracker.close)
         yield exp, tokenizer, inputs
 

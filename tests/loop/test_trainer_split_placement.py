@@ -13,18 +13,19 @@ import json
 import pytest
 
 from reasonrl.exp import BasePPOExp
+from reasonrl.loop.lifecycle import ExperimentRunner
 from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
 
 pytestmark = pytest.mark.integration
 
 
-class _ProbingExp(BasePPOExp):
+class _ProbingRunner(ExperimentRunner):
     """Reads every engine's log-probs of a fixed probe after training, before the engines shut down."""
 
-    async def _fit(self):
+    async def fit(self):
         import ray
 
-        last = await super()._fit()
+        last = await super().fit()
         probe = self.trainer.probe_ids
         self.engine_probes = ray.get([e.prompt_logprobs.remote(list(probe)) for e in self.trainer.roles.engines])
         refs = self.trainer.roles.policy.call_async("compute_logprobs", [(probe[:1], probe[1:])])  # collective
@@ -58,7 +59,7 @@ def test_split_placement_two_engines_two_zero3_ranks_and_a_reward_model(ray_clus
         progress_bar=False,
         resume="none",
     )
-    exp = _ProbingExp(cfg)
+    exp = _ProbingRunner(BasePPOExp(cfg))
     exp.run()
     rows = metrics_by_step(read_metrics(tmp_path / "logs" / "split" / "metrics.jsonl"))
     for step in (1, 2):

@@ -1,0 +1,250 @@
+"""One attempt of a run, started: Ray, the placement, the workers and engines, the tracker and the trainer.
+
+:func:`start_attempt` is what :class:`reasonrl.loop.lifecycle.ExperimentRunner` calls once per attempt (the first
+one, and again after a dead actor): every resource it starts is registered on the attempt's exit stack, last
+started first stopped (:func:`logged`: a failing cleanup is logged and the others still run). The pieces are plain
+functions of the config so that ``reasonrl.eval`` starts its engines with the same code.
+
+    tracker -> ray.init (or join ``ray_address``) -> cluster check -> placement groups -> models on every node
+    -> worker groups (policy, ref, critic, reward model) + vLLM engines -> PPOTrainer
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from reasonrl.config import BasePPOExpConfig
+from reasonrl.loop.exp_hooks import ExpInputs
+
+
+@contextlib.contextmanager
+def ray_cluster_checked():
+    """Starting or joining Ray: a :class:`~reasonrl.distributed.ray_cluster.RayClusterError` (no cluster at
+    ``ray_address``; ``distributed/`` has its own error type, it does not import ``config/``) raised as the
+    :class:`ConfigError` on ``ray_address`` it is, before any actor starts."""
+    from reasonrl.config import ConfigError
+    from reasonrl.distributed.ray_cluster import RayClusterError
+
+    try:
+        yield
+    except RayClusterError as err:
+        raise ConfigError(err.problems, title=err.title) from err
+
+
+def start_attempt(cfg: BasePPOExpConfig, stack: contextlib.ExitStack, inputs: ExpInputs, resume_from: Path | None):
+    """Start everything one attempt of the run needs and return its ``PPOTrainer``; every resource is registered on
+    ``stack`` (closing it shuts the attempt down). ``inputs``: the checked hooks' results (tokenizer, template,
+    rows, scorer: built once per run, before Ray). ``resume_from``: the checkpoint the trainer will load (the
+    tracker logs from the step after it)."""
+    import ray
+
+    from reasonrl.distributed.placement import build_placement
+    from reasonrl.distributed.ray_cluster import init_ray
+    from reasonrl.loop.trainer import PPOTrainer, training_steps
+    from reasonrl.utils.checkpoint import CheckpointManager
+    from reasonrl.utils.worker_logs import exported_log_file
+
+    tokenizer = inputs.tokenizer
+    num_steps = training_steps(cfg, inputs.train_rows)
+    # The tracker opens before Ray: its train.log also gets the workers' warnings and errors (the local Ray
+    # instance and its workers inherit REASONRL_LOG_FILE: reasonrl.utils.worker_logs).
+    tracker = start_tracker(cfg, stack, num_steps, resume_from)
+    stack.enter_context(exported_log_file(tracker.run_dir / "train.log"))
+    started_ray = not ray.is_initialized()
+    with ray_cluster_checked():
+        init_ray(cfg.ray_address, device=cfg.device)
+    if started_ray:  # stops the local instance, or disconnects from the cluster
+        stack.callback(logged, ray.shutdown)
+    cfg.validate(ray.cluster_resources(), ray.nodes())  # the cluster's real resources, before any placement
+    plan = build_placement(
+        cfg.role_resources(),
+        colocate_all=cfg.colocate_all,
+        colocate_policy_ref=cfg.colocate_policy_ref,
+        colocate_critic_reward=cfg.colocate_critic_reward,
+        device=cfg.resolved_device(ray.cluster_resources()),  # the cluster's devices, not the driver's
+        cpus_per_bundle=cfg.cpus_per_bundle,
+    )
+    stack.callback(logged, plan.remove)
+    check_models_on_nodes(cfg, plan)  # every node that loads a model has it, before any actor starts
+    reward_pad_id, reward_encoder = reward_model_inputs(cfg, tokenizer)
+    roles = start_roles(cfg, stack, plan, num_steps, tokenizer.pad_token_id, reward_pad_id)
+    return PPOTrainer(
+        cfg,
+        roles,
+        tokenizer=tokenizer,
+        template=inputs.template,
+        train_rows=inputs.train_rows,
+        eval_sets=inputs.eval_sets,
+        scorer=inputs.scorer,  # built and checked before Ray started; closed by the runner's exit stack
+        tracker=tracker,
+        checkpoints=CheckpointManager.for_run(cfg),
+        reward_model_encoder=reward_encoder,
+    )
+
+
+def start_tracker(cfg: BasePPOExpConfig, stack: contextlib.ExitStack, num_steps: int, resume_from: Path | None):
+    """The run's :class:`reasonrl.utils.tracking.Tracker` (TensorBoard and/or W&B per ``cfg.tracker``, the
+    config logged once), closed by ``stack``; a resumed run logs from the step after its checkpoint."""
+    from reasonrl.utils.tracking import Tracker
+
+    start_step = 0
+    if resume_from is not None:
+        from reasonrl.utils.checkpoint import load_trainer_state
+
+        start_step = int(load_trainer_state(resume_from)["global_step"]) + 1  # first step the run will log
+    tracker = Tracker(
+        Path(cfg.log_dir),
+        cfg.exp_name,
+        progress_total=num_steps,
+        progress_bar=cfg.progress_bar,
+        start_step=start_step,
+        tracker=cfg.tracker,
+        wandb_project=cfg.wandb_project,
+        wandb_run_name=cfg.wandb_run_name,
+        run_config=cfg.to_dict(),
+    )
+    stack.callback(logged, tracker.close)  # also writes summary.png / summary.html of the curves
+    tracker.log_table_at_start(cfg.table())
+    return tracker
+
+
+def check_models_on_nodes(cfg: BasePPOExpConfig, plan) -> None:
+    """Every node the placement uses resolves the models its actors will load, one Ray task per node
+    (:mod:`reasonrl.distributed.model_check`; a node that is online downloads a missing Hub snapshot then).
+    :class:`ConfigError` lists every node and model missing, with what to do, before any engine or DeepSpeed
+    rank starts. A one-node cluster that is the driver's own node is not asked: the driver resolved every model
+    there already (``model_source``)."""
+    from reasonrl.config import ConfigError
+    from reasonrl.config.mapping import role_model_sources
+    from reasonrl.distributed.model_check import ModelsNotOnNodesError
+    from reasonrl.distributed.model_check import check_models_on_nodes as check
+
+    sources = role_model_sources(cfg, plan.roles)  # resolved here first (downloaded when online)
+    try:
+        check(plan, sources)
+    except ModelsNotOnNodesError as err:
+        raise ConfigError(err.problems, title="models missing on some nodes") from None
+
+
+def reward_model_inputs(cfg: BasePPOExpConfig, tokenizer):
+    """``(pad id, encoder)`` of the learned reward model: its own tokenizer's pad id, and None when it shares
+    the policy's vocabulary, else a re-tokenising encoder (``reasonrl.models.reward_inputs``)."""
+    if not cfg.use_reward_model:
+        return None, None
+    from transformers import AutoTokenizer
+
+    from reasonrl.models.reward_inputs import reward_model_encoder
+
+    reward_tokenizer = AutoTokenizer.from_pretrained(cfg.resolve_model_path(cfg.reward_pretrain))
+    pad = reward_tokenizer.pad_token_id
+    pad = pad if pad is not None else reward_tokenizer.eos_token_id
+    return pad, reward_model_encoder(tokenizer, reward_tokenizer)
+
+
+def start_roles(
+    cfg: BasePPOExpConfig,
+    stack: contextlib.ExitStack,
+    plan,
+    num_steps: int,
+    pad_token_id: int,
+    reward_pad_id: int | None = None,
+):
+    """Worker groups and engines, each registered for shutdown. The reward model's workers pad with its own
+    tokenizer's pad id (``reward_pad_id``). Split placement: all set up concurrently. ``colocate_all``: engines
+    first -> ready -> asleep, then the DeepSpeed setups (vLLM refuses to start when the free device memory is
+    below ``gpu_memory_utilization`` x total, so the two must not race); the devices then are in the TRAINING
+    phase of :mod:`reasonrl.distributed.phases`."""
+    import ray
+
+    from reasonrl.distributed.phases import SLEEP_LEVEL
+    from reasonrl.distributed.ppo_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
+    from reasonrl.distributed.worker_group import WorkerGroup
+    from reasonrl.loop.trainer import Roles
+
+    classes = {"policy": PolicyWorker, "ref": ReferenceWorker, "critic": CriticWorker, "reward": RewardModelWorker}
+    groups: dict[str, Any] = {}
+    setups = []  # (group, worker config)
+    for role, cls in classes.items():
+        if role in plan:
+            groups[role] = WorkerGroup(cls, plan[role], name=role)
+            stack.callback(logged, groups[role].kill)
+            pad = reward_pad_id if role == "reward" and reward_pad_id is not None else pad_token_id
+            # attn_implementation travels unresolved: each worker resolves "auto" where it runs
+            worker_cfg = cfg.worker_config(role, num_rollout_steps=num_steps, pad_token_id=pad)
+            setups.append((groups[role], worker_cfg))
+    engines = start_vllm_engines(cfg, plan["vllm"], stack)
+    ready = [e.ready.remote() for e in engines]
+    # colocate_all on GPUs: vLLM refuses to start unless gpu_memory_utilization x device is free, so engines
+    # start and fall asleep before any DeepSpeed setup fills the devices. On CPU (no such check; sleep is
+    # simulated by the engines) both load at once: ~4 s less start-up on 2 cores.
+    engines_first = cfg.colocate_all and plan.device == "gpu"
+    if engines_first:
+        ray.get(ready)
+        ray.get([e.sleep.remote(SLEEP_LEVEL) for e in engines])
+        ready = []
+    ray.get(ready + [ref for group, wcfg in setups for ref in group.call_async("setup", wcfg)])
+    if cfg.colocate_all and not engines_first:
+        ray.get([e.sleep.remote(SLEEP_LEVEL) for e in engines])  # the phase machine starts with engines asleep
+    _log_attention(groups)
+    return Roles(
+        policy=groups["policy"],
+        engines=engines,
+        ref=groups.get("ref"),
+        critic=groups.get("critic"),
+        reward_model=groups.get("reward"),
+    )
+
+
+def _log_attention(groups: dict[str, Any]) -> None:
+    """One line per role: the attention backend and layout its workers resolved for themselves."""
+    import ray
+
+    from reasonrl.models import attention_summary
+
+    reports = {role: group.call_async("attention") for role, group in groups.items()}
+    for role, refs in reports.items():
+        logger.info(attention_summary(role, ray.get(refs)))
+
+
+def start_vllm_engines(cfg: BasePPOExpConfig, placement, stack: contextlib.ExitStack) -> list:
+    """The config's vLLM engines on ``placement`` (the ``vllm`` role of a placement plan), loaded from
+    ``cfg.pretrain``; their shutdown is registered on ``stack``. Used by training and by ``reasonrl.eval``."""
+    from reasonrl.distributed.vllm_engine import create_vllm_engines
+
+    engines = create_vllm_engines(
+        cfg.vllm_num_engines,
+        cfg.model_source(cfg.pretrain),  # a Hub id at its commit (each engine resolves it on its node) or a folder
+        placement=placement,
+        dtype="bfloat16" if cfg.bf16 else "float32",
+        max_model_len=cfg.resolved_vllm_max_model_len,
+        tensor_parallel_size=cfg.vllm_tensor_parallel_size,
+        gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        enable_sleep_mode=cfg.vllm_enable_sleep,
+        processed_logprobs=cfg.rollout_correction != "off",  # log-probs after temperature, as the trainer's
+        seed=cfg.seed,
+    )
+    stack.callback(logged, lambda: _shutdown_engines(engines))
+    return engines
+
+
+# ---------------------------------------------------------------------- cleanup
+def logged(fn) -> None:
+    """Run one cleanup of an exit stack; a failing cleanup is logged and the others still run."""
+    try:
+        fn()
+    except Exception as err:  # noqa: BLE001 - keep cleaning up the rest
+        logger.warning(f"cleanup {getattr(fn, '__qualname__', fn)} failed: {err}")
+
+
+def _shutdown_engines(engines) -> None:
+    import ray
+
+    try:
+        ray.get([e.shutdown.remote() for e in engines], timeout=120)
+    finally:
+        for engine in engines:
+            ray.kill(engine)
