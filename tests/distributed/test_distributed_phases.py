@@ -10,6 +10,7 @@ import types
 import pytest
 import torch
 
+from reasonrl.dataplane.completion import Completion
 from reasonrl.distributed import memory_model
 from reasonrl.distributed.engine_residency import EngineResidency, EngineStateError
 from reasonrl.distributed.phases import COLOCATED_STEP, RESIDENT, SLEEP_LEVEL, Phase, PhaseMachine, transition_plan
@@ -208,7 +209,7 @@ def test_trainer_serialises_forwards_only_under_colocate_all():
             chunk_tokens=16384, temperature=1.0, reuses_current_logprobs=reuse, colocate_all=colocate_all
         )
         forwards = StepForwards(Group("policy"), Group("ref"), Group("critic"), settings)
-        completions = [types.SimpleNamespace(prompt_token_ids=[1, 2], token_ids=[3, 4])]
+        completions = [Completion(0, 0, prompt_token_ids=[1, 2], token_ids=[3, 4], text="", finish_reason="stop")]
         asyncio.run(forwards.experience(completions))
         return events
 
