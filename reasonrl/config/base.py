@@ -207,6 +207,29 @@ class BasePPOExpConfig(DerivedValues):
         "still generate; false: score each engine's part when it returns, forwards after the rollout. The numbers "
         "are the same either way",
     )
+    env_fn: str | None = _rol(
+        None,
+        "multi-turn rollouts (docs/multi_turn.md): 'tools' (the built-in tool environment) or file.py:Name / "
+        "package.module:Name, a class or factory of environments with reset(row) and step(model_turn); None = one "
+        "completion per sample",
+    )
+    tools: list[str] = _rol(
+        doc="tools of the built-in tool environment (env_fn=tools): calculator, python (the sandbox), or "
+        "file.py:function / package.module:function (a plain function with a docstring and type hints)",
+        factory=lambda: ["calculator"],
+    )
+    max_turns: int = _rol(4, "multi-turn: model turns per sample (the last one is its answer)")
+    max_observation_tokens: int = _rol(
+        256, "multi-turn: an environment's observation longer than this many tokens is cut in the middle"
+    )
+    env_step_timeout_s: float = _rol(
+        30.0, "multi-turn: deadline of one environment step; a step past it ends its sample as an error (counted)"
+    )
+    check_retokenize: bool = _rol(
+        False,
+        "multi-turn: compare every sample with a one-piece re-render of its conversation by the chat template and "
+        "warn at the first differing token (a check mode: the rollout never re-tokenises)",
+    )
     forward_chunk_tokens: int | None = _rol(
         None,
         "most tokens (prompt + response) in one chunk of a step's forward passes, cut in sample order whether "

@@ -80,6 +80,7 @@ ALWAYS_ALLOWED = (
     "verify_batch_timeout_s",
     "code_workers",
     "code_batch_timeout_s",
+    "check_retokenize",
 )
 
 # How long the run is: free to change (typically extended) while the LR is constant after warmup.

@@ -25,3 +25,19 @@ class Completion:
     finish_reason: str
     logprobs: list[float] | None = None
     loss_mask: list[bool] | None = None
+    turns: list[dict] | None = None  # multi-turn: [{"role", "text", "num_tokens", ...}] in order (dumps, metrics)
+    env_reward: float = 0.0  # multi-turn: the environment's per-turn rewards, summed (added to the outcome reward)
+    env_error: str | None = None  # multi-turn: why the environment ended this sample early (counted, logged)
+
+
+@dataclasses.dataclass
+class TurnRequest:
+    """One model turn of a multi-turn episode, sent to an engine's request pump (``VLLMEngine.pump``).
+
+    ``key`` names the request for the caller (unique among the requests in the engine); ``prompt_token_ids`` is the
+    whole conversation so far (prompt, earlier turns, observations); ``sampling`` a ``SamplingConfig`` with
+    ``n == 1`` and this turn's seed and ``max_tokens``."""
+
+    key: str
+    prompt_token_ids: list[int]
+    sampling: object

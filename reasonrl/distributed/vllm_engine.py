@@ -23,7 +23,7 @@ from typing import Any
 
 from loguru import logger
 
-from reasonrl.dataplane.completion import Completion
+from reasonrl.dataplane.completion import Completion, TurnRequest
 from reasonrl.distributed.engine_residency import EngineResidency
 from reasonrl.distributed.platform import apply_runtime_env, placed_device
 from reasonrl.distributed.vllm_worker_extension import WeightBroadcastReceiver
@@ -107,6 +107,7 @@ class VLLMEngine:
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self._requests_started = 0  # request ids of generate_stream are unique for the engine's lifetime
+        self._pumped: dict[str, tuple[str, bool]] = {}  # request id -> (caller's key, logprobs?) of pump()'s requests
         self.residency = EngineResidency()  # sleep state, kept (and enforced) on every platform
         self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
         logger.info(
@@ -141,7 +142,7 @@ class VLLMEngine:
         """
         self.residency.check_generate("generate")
         engine = self.llm.llm_engine
-        if engine.has_unfinished_requests():
+        if engine.has_unfinished_requests() or self._pumped:
             raise RuntimeError("generate_stream: the engine still runs requests of another call")
         running: dict[str, tuple[int, int]] = {}  # request id -> (prompt index, sample index)
         try:  # from the first add on: whatever fails, no request of this call stays in the engine
@@ -163,6 +164,53 @@ class VLLMEngine:
         finally:
             if running:  # closed early or failed: stop the engine working on what nobody will read
                 engine.abort_request(list(running))
+
+    def pump(self, requests: Sequence[TurnRequest], max_wait_s: float = 0.2) -> list[tuple[str, Completion]]:
+        """The request pump of multi-turn rollouts: add ``requests`` to the running batch, then step the engine
+        until at least one request finishes or ``max_wait_s`` passed, and return the finished ones as
+        ``(key, completion)`` (``prompt_index`` / ``sample_index`` 0: the caller's key says which turn it is).
+
+        Requests stay in the engine between calls, so a caller adds a sample's next turn as soon as its
+        environment answered while the other samples keep generating (continuous batching across turns). Returns
+        at once when nothing runs. Each request is seeded by its own ``sampling.seed``; the completions do not depend
+        on which call added them. :meth:`abort_pumped` drops what is still running (a cancelled rollout).
+        """
+        self.residency.check_generate("pump")
+        engine = self.llm.llm_engine
+        if engine.has_unfinished_requests() and not self._pumped:
+            raise RuntimeError("pump: the engine still runs requests of another call")
+        for request in requests:
+            if request.sampling.n != 1:
+                raise ValueError(f"pump: request {request.key!r} asks n={request.sampling.n}; each turn is one sample")
+            (engine_input,) = engine.renderer.render_cmpl([{"prompt_token_ids": list(request.prompt_token_ids)}])
+            request_id = f"reasonrl-{self._requests_started}"
+            self._requests_started += 1
+            try:
+                engine.add_request(request_id, engine_input, _sampling_params(request.sampling, request.sampling.seed))
+            except Exception:
+                self.abort_pumped()
+                raise
+            self._pumped[request_id] = (request.key, request.sampling.logprobs)
+        finished: list[tuple[str, Completion]] = []
+        deadline = time.perf_counter() + max_wait_s
+        while self._pumped and not finished and time.perf_counter() < deadline:
+            for out in engine.step():
+                if out.finished and out.request_id in self._pumped:
+                    key, with_logprobs = self._pumped.pop(out.request_id)
+                    finished.append((key, _completion(out, 0, 0, with_logprobs)))
+        if self._pumped and not engine.has_unfinished_requests():
+            lost = len(self._pumped)
+            self._pumped.clear()
+            raise RuntimeError(f"pump: the engine dropped {lost} request(s) unfinished")
+        return finished
+
+    def abort_pumped(self) -> int:
+        """Abort every request :meth:`pump` added that has not finished; returns how many."""
+        ids = list(self._pumped)
+        if ids:
+            self.llm.llm_engine.abort_request(ids)
+        self._pumped.clear()
+        return len(ids)
 
     def prompt_logprobs(self, token_ids: Sequence[int]) -> list[float]:
         """log p(token_t | token_<t) for t = 1..len-1 under the engine's current weights (teacher forcing).

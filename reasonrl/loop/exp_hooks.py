@@ -13,7 +13,9 @@ reward worker processes), ``build_scorer``, and checks what each returned:
 * a data hook that fails to read its data (``DataFormatError``: a malformed or empty file, ``FileNotFoundError``)
   is reported with the hook's name and the loader's message (file and line);
 * the scorer is callable as ``scorer(completions, rows) -> list[RewardResult]``; ``close()`` and
-  ``wait_ready()`` are optional, and ``wait_ready()`` is called here so reward workers that cannot start fail now.
+  ``wait_ready()`` are optional, and ``wait_ready()`` is called here so reward workers that cannot start fail now;
+* with ``env_fn`` (multi-turn): the environment imports and has ``reset`` / ``step``, the tools exist, and the
+  tokenizer's chat template can frame tool messages.
 
 A hook that returns None or the wrong type raises :class:`HookError` naming the hook, what it returned and what
 it must return. The scorer built here is the one the trainer uses.
@@ -205,5 +207,12 @@ def build_inputs(exp, tokenizer=None, *, load_tokenizer: Callable[[], Any] | Non
     passed, then the template hook. The scorer is built last, and closed again if its own check fails.
     """
     template, train_rows, eval_sets, tokenizer = _check_data(exp, tokenizer, load_tokenizer)
+    cfg = getattr(exp, "cfg", None)
+    if getattr(cfg, "env_fn", None) is not None:  # multi-turn: the environment and the chat template, before Ray
+        from reasonrl.loop.multi_turn import environment_problems
+
+        problems = environment_problems(cfg.env_fn, cfg.tools, tokenizer)
+        if problems:
+            raise ConfigError(problems, title="multi-turn rollouts cannot start")
     scorer, close = _check_scorer(exp)
     return ExpInputs(template, train_rows, eval_sets, scorer, close, tokenizer)

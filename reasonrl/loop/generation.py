@@ -20,6 +20,7 @@ import torch
 
 from reasonrl.dataplane.completion import Completion
 from reasonrl.distributed.worker_group import gather_all
+from reasonrl.loop.multi_turn import EnvTimes, MultiTurnRollout, MultiTurnSettings
 from reasonrl.loop.rollout_stream import OnReady, score_as_they_arrive
 from reasonrl.utils.even_split import even_bounds, even_parts
 from reasonrl.utils.rng import derive_seed
@@ -39,9 +40,21 @@ class GenerationSettings:
     stop: tuple[str, ...] = ()
     include_stop_str_in_output: bool = False
     stream_rollout: bool = False
+    multi_turn: MultiTurnSettings | None = None  # env_fn set: each sample is a conversation with an environment
 
     @classmethod
     def from_config(cls, cfg) -> GenerationSettings:
+        multi_turn = None
+        if cfg.env_fn is not None:
+            from reasonrl.agents.loading import load_env_factory
+
+            multi_turn = MultiTurnSettings(
+                env_factory=load_env_factory(cfg.env_fn, tools=tuple(cfg.tools)),
+                max_turns=cfg.max_turns,
+                max_observation_tokens=cfg.max_observation_tokens,
+                env_step_timeout_s=cfg.env_step_timeout_s,
+                check_retokenize=cfg.check_retokenize,
+            )
         return cls(
             max_prompt_len=cfg.max_prompt_len,
             generate_max_len=cfg.generate_max_len,
@@ -50,6 +63,7 @@ class GenerationSettings:
             stop=tuple(cfg.stop),
             include_stop_str_in_output=cfg.include_stop_str_in_output,
             stream_rollout=cfg.stream_rollout,
+            multi_turn=multi_turn,
         )
 
 
@@ -69,6 +83,7 @@ class ScoredGeneration:
     reward_s: float
     reward_overlapped_s: float
     model_scores: list[float] = dataclasses.field(default_factory=list)
+    env_times: EnvTimes | None = None  # multi-turn rollouts: time in environments, and how much was not hidden
 
 
 class Generator:
@@ -100,6 +115,7 @@ class Generator:
         self.engines, self.tokenizer, self.template, self.scorer = list(engines), tokenizer, template, scorer
         self.settings, self.reward_model, self.reward_model_encoder = settings, reward_model, reward_model_encoder
         self._scorer_lock = threading.Lock()
+        self.multi_turn = None if settings.multi_turn is None else MultiTurnRollout(settings.multi_turn, tokenizer)
 
     def encode(self, rows: Sequence[dict]) -> list[list[int]]:
         """Prompt token ids (the template's text, tokenized without extra special tokens), cut to max_prompt_len."""
@@ -110,7 +126,14 @@ class Generator:
         return ids
 
     def start_generation(
-        self, rows: Sequence[dict], *, n: int, temperature: float, seed: int, logprobs: bool = False
+        self,
+        rows: Sequence[dict],
+        *,
+        n: int,
+        temperature: float,
+        seed: int,
+        logprobs: bool = False,
+        env_times: EnvTimes | None = None,
     ) -> list[AsyncIterator[list[Completion]]]:
         """Launch ``n`` samples per row, prompts split evenly over the engines (contiguous parts); ``logprobs``:
         each completion carries the engine's log-prob of every sampled token (rollout-policy correction).
@@ -118,7 +141,8 @@ class Generator:
         Returns one async iterator per engine that got prompts, yielding lists of finished completions with
         ``prompt_index`` counted over ``rows``: each completion as its engine finishes it with ``stream_rollout``
         (``VLLMEngine.generate_stream``), else the engine's whole part at once (``VLLMEngine.generate``). Both
-        give the same completions.
+        give the same completions. Multi-turn (``settings.multi_turn``): each sample is an episode
+        (:mod:`reasonrl.loop.multi_turn`), yielded as it ends; ``env_times`` collects the time in environments.
         """
         from reasonrl.distributed.vllm_engine import SamplingConfig
 
@@ -141,6 +165,11 @@ class Generator:
                 logprobs=logprobs,
             )
             ids = prompt_ids[bounds[e] : bounds[e + 1]]
+            if self.multi_turn is not None:
+                rows_here = rows[bounds[e] : bounds[e + 1]]
+                times = env_times if env_times is not None else EnvTimes()
+                parts.append(self.multi_turn.engine_part(engine, rows_here, ids, bounds[e], sampling, times))
+                continue
             if s.stream_rollout:  # launched now, on every engine at once; read as it comes
                 launched = engine.generate_stream.options(num_returns="streaming").remote(ids, sampling)
             else:
@@ -175,10 +204,17 @@ class Generator:
         model, when there is one, scores all completions after the last engine returned (``model_scores`` in that
         order). ``on_ready``: see ``score_as_they_arrive`` (rule scores only).
         """
-        parts = self.start_generation(rows, n=n, temperature=temperature, seed=seed, logprobs=logprobs)
+        env_times = EnvTimes() if self.multi_turn is not None else None
+        parts = self.start_generation(
+            rows, n=n, temperature=temperature, seed=seed, logprobs=logprobs, env_times=env_times
+        )
 
         def score(completions: list[Completion]) -> list:
-            return self.score_serialised(completions, [rows[c.prompt_index] for c in completions])
+            results = self.score_serialised(completions, [rows[c.prompt_index] for c in completions])
+            for c, r in zip(completions, results, strict=True):
+                if c.env_reward:  # multi-turn: the environment's per-turn rewards join the outcome reward
+                    r.reward = float(r.reward) + c.env_reward
+            return results
 
         completions, results, times = await score_as_they_arrive(
             parts, score, on_ready=on_ready, ready_when_scored=ready_when_scored
@@ -186,7 +222,7 @@ class Generator:
         model_scores = await self.add_reward_model_scores(completions, results)
         reward_s = time.perf_counter() - times.generated  # scoring and the reward model after the last engine
         return ScoredGeneration(
-            completions, results, times.generate_s, reward_s, times.reward_overlapped_s, model_scores
+            completions, results, times.generate_s, reward_s, times.reward_overlapped_s, model_scores, env_times
         )
 
     async def add_reward_model_scores(self, completions: Sequence[Completion], results: Sequence) -> list[float]:
