@@ -192,13 +192,30 @@ def samples_html(title: str, summaries: dict[str, dict], records: Sequence[dict]
             verdict = "correct" if r["correct"] else f"wrong ({r['reason']})"
             parts.append(
                 f"<tr class='{'ok' if r['correct'] else 'bad'}'><td>{r['prompt_index']}</td><td>{r['sample_index']}"
-                f"</td><td><pre>{e(_text(r['question']))}</pre></td><td><pre>{e(r['completion'])}</pre></td>"
+                f"</td><td><pre>{e(_text(r['question']))}</pre></td><td>{_completion_html(r)}</td>"
                 f"<td><pre>{e(_text(r['extracted']))}</pre></td><td><pre>{e(_text(r['gold']))}</pre></td>"
                 f"<td>{e(verdict)}</td><td>{r['reward']:.3f}</td></tr>"
             )
         parts.append("</table>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _completion_html(record: dict) -> str:
+    """A sample's completion, HTML-escaped: one block, or for a multi-turn sample one block per turn (the model's
+    turns and the environment's observations told apart, and the error that ended it early, if any)."""
+    e = html.escape
+    turns = record.get("turns")
+    if not turns:
+        return f"<pre>{e(record['completion'])}</pre>"
+    blocks = []
+    for turn in turns:
+        who = "model" if turn["role"] == "assistant" else "tool"
+        style = "" if who == "model" else " style='background:#eef'"
+        blocks.append(f"<div{style}><b>{who}</b> ({turn['num_tokens']} tokens)<pre>{e(turn['text'])}</pre></div>")
+    if record.get("env_error"):
+        blocks.append(f"<div><b>environment error</b><pre>{e(record['env_error'])}</pre></div>")
+    return "".join(blocks)
 
 
 def _text(value: Any) -> str:

@@ -269,3 +269,37 @@ def _close(env) -> None:
             close()
         except Exception as exc:  # noqa: BLE001 - closing a user environment must not end the rollout
             logger.debug(f"environment close() raised {type(exc).__name__}: {exc}")
+
+
+def multi_turn_metrics(completions: Sequence[Completion]) -> dict[str, float]:
+    """Per-step figures of multi-turn samples (empty when none is one): model turns per sample, tool calls and
+    tool errors per tool (summed from the environments' ``info``), observation tokens per sample, observations
+    cut, samples ended by the budget while adding an observation, and samples an environment failure ended."""
+    episodes = [c for c in completions if c.turns is not None]
+    if not episodes:
+        return {}
+    calls: dict[str, float] = {}
+    errors: dict[str, float] = {}
+    obs_tokens = cuts = 0
+    for c in episodes:
+        for turn in c.turns:
+            if turn["role"] == "tool":
+                obs_tokens += turn["num_tokens"]
+                cuts += int(turn.get("cut", False))
+            info = turn.get("info") or {}
+            for name, count in (info.get("tool_calls") or {}).items():
+                calls[name] = calls.get(name, 0.0) + float(count)
+            for name, count in (info.get("tool_errors") or {}).items():
+                errors[name] = errors.get(name, 0.0) + float(count)
+    n = len(episodes)
+    m = {
+        "multi_turn/turns_mean": sum(sum(t["role"] == "assistant" for t in c.turns) for c in episodes) / n,
+        "multi_turn/observation_tokens_mean": obs_tokens / n,
+        "multi_turn/observations_cut": float(cuts),
+        "multi_turn/env_errors": float(sum(c.env_error is not None for c in episodes)),
+        "multi_turn/tool_calls": sum(calls.values()),
+        "multi_turn/tool_errors": sum(errors.values()),
+    }
+    m |= {f"multi_turn/tool_calls/{name}": v for name, v in sorted(calls.items())}
+    m |= {f"multi_turn/tool_errors/{name}": v for name, v in sorted(errors.items())}
+    return m

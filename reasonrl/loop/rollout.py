@@ -18,6 +18,7 @@ import torch
 from reasonrl import algos
 from reasonrl.dataplane.completion import Completion
 from reasonrl.loop.generation import Generator
+from reasonrl.loop.multi_turn import multi_turn_metrics
 from reasonrl.loop.rollout_stream import KeptRelease
 from reasonrl.rewards.code import code_metrics
 from reasonrl.rewards.repetition import repetition_stats
@@ -176,6 +177,7 @@ class RolloutCollector:
         tries = total_groups = 0
         gen_s = score_s = overlapped_s = 0.0
         gen_tokens = 0
+        env_s = env_exposed_s = 0.0
         model_scores: list[float] = []  # reward-model score of every sample, before filtering
         greedy: list[float] = []  # remax: greedy reward of every prompt
         while True:
@@ -200,6 +202,9 @@ class RolloutCollector:
             score_s += scored.reward_s
             overlapped_s += scored.reward_overlapped_s
             gen_tokens += sum(len(c.token_ids) for c in completions)
+            if scored.env_times is not None:
+                env_s += scored.env_times.env_s
+                env_exposed_s += scored.env_times.exposed_s
             model_scores += scored.model_scores
             baseline = await self.greedy_baseline(rows, tries, seed_step) if s.remax else None
             greedy += baseline or []
@@ -230,6 +235,8 @@ class RolloutCollector:
             )
         m |= {"time/generate": gen_s, "time/reward": score_s, "time/reward_overlapped": overlapped_s}
         m["perf/tokens_per_s_generate"] = gen_tokens / gen_s
+        if generator.multi_turn is not None:  # time in environments; exposed = engines idle waiting for them
+            m |= {"time/env": env_s, "time/env_exposed": env_exposed_s}
         if model_scores:
             m["reward/model_score_mean"] = sum(model_scores) / len(model_scores)
             rule = [float(r.reward) - r.model_score for r in kept.results]
@@ -269,6 +276,7 @@ def rollout_metrics(completions: Sequence[Completion], results: Sequence, genera
             "response/clip_frac": (lengths >= generate_max_len).float().mean().item(),
         }
         | repetition_stats([c.text for c in completions])
+        | multi_turn_metrics(completions)
     )
 
 
@@ -288,6 +296,9 @@ def sample_records(completions, results, rows, *, limit: int | None = None, keys
         record |= {"gold": None if gold is None else str(gold), "correct": bool(r.correct)}
         record |= {"reason": getattr(r, "reason", None), "reward": float(r.reward)}
         record["model_score"] = getattr(r, "model_score", None)
+        if c.turns is not None:  # multi-turn: each turn's text and size, and why the environment ended it early
+            record["turns"] = [{k: t[k] for k in ("role", "text", "num_tokens") if k in t} for t in c.turns]
+            record |= {"env_reward": c.env_reward, "env_error": c.env_error}
         out.append(record)
     return out
 

@@ -188,6 +188,19 @@ SCALARS: tuple[Scalar, ...] = (
     ),
     Scalar("reward/rule_mean", "mean rule (or reward_fn) reward alone, when a reward model adds its score"),
     Scalar("reward/greedy_baseline_mean", "remax: mean final reward of the greedy response per prompt"),
+    # multi-turn rollouts (env_fn set; docs/multi_turn.md)
+    Scalar("multi_turn/turns_mean", "model turns per sample"),
+    Scalar("multi_turn/tool_calls", "tool calls in the step's samples (summed from the environments' info)"),
+    Scalar("multi_turn/tool_calls/<tool>", "calls of one tool"),
+    Scalar("multi_turn/tool_errors", "tool calls answered with an error (malformed, unknown tool, the tool failed)"),
+    Scalar("multi_turn/tool_errors/<tool>", "errors of one tool ('invalid': a call that could not be parsed)"),
+    Scalar(
+        "multi_turn/observation_tokens_mean", "observation (tool message) tokens per sample, masked out of the loss"
+    ),
+    Scalar("multi_turn/observations_cut", "observations cut in the middle to max_observation_tokens"),
+    Scalar("multi_turn/env_errors", "samples ended early by an environment that raised, hung or returned garbage"),
+    Scalar("time/env", "seconds in environment steps (summed over the worker threads)"),
+    Scalar("time/env_exposed", "seconds the engines waited on environments with nothing to generate"),
     # evaluation (on steps that evaluate), see reasonrl.loop.eval_metrics
     Scalar("eval/<dataset>/avg@k", "mean accuracy over k samples per prompt, averaged over the dataset's prompts"),
     Scalar("eval/<dataset>/pass@k", "unbiased pass@k: chance that one of k samples is correct, averaged over prompts"),
@@ -216,6 +229,7 @@ HEADLINE: tuple[tuple[str, str], ...] = (
 
 def _scalar_pattern(template: str) -> re.Pattern:
     pattern = re.escape(template).replace(re.escape("<dataset>"), r"[^/]+").replace(re.escape("@k"), r"@\d+")
+    pattern = pattern.replace(re.escape("<tool>"), r"[^/]+")
     return re.compile(f"^{pattern}$")
 
 

@@ -184,7 +184,7 @@ def test_metrics_by_step_merges_rows():
 def test_scalar_names_are_unique_documented_and_matchable():
     names = [s.name for s in SCALARS]
     assert len(names) == len(set(names))
-    assert all(re.fullmatch(r"[a-z_]+/[a-z_<>@]+(/[a-z0-9_@]+)?", n) for n in names), names
+    assert all(re.fullmatch(r"[a-z_]+/[a-z_<>@]+(/[a-z0-9_@<>]+)?", n) for n in names), names
     assert all(s.meaning for s in SCALARS)
     assert known_scalar("reward/mean") and known_scalar("eval/math500/pass@16") and known_scalar("eval/aime24/avg@4")
     assert not known_scalar("reward/unknown") and not known_scalar("eval/a/b/pass@4")
