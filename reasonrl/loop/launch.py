@@ -12,6 +12,7 @@ functions of the config so that ``reasonrl.eval`` starts its engines with the sa
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from typing import Any
 
@@ -237,18 +238,21 @@ def start_vllm_engines(cfg: BasePPOExpConfig, placement, stack: contextlib.ExitS
 
 # ---------------------------------------------------------------------- cleanup
 def logged(fn) -> None:
-    """Run one cleanup of an exit stack; a failing cleanup is logged and the others still run."""
+    """Run one cleanup of an exit stack; a failing cleanup is logged and the others still run (each one's time at
+    DEBUG level: where a run's exit spends its seconds)."""
+    start = time.perf_counter()
     try:
         fn()
     except Exception as err:  # noqa: BLE001 - keep cleaning up the rest
         logger.warning(f"cleanup {getattr(fn, '__qualname__', fn)} failed: {err}")
+    logger.debug(f"cleanup {getattr(fn, '__qualname__', fn)}: {time.perf_counter() - start:.2f}s")
 
 
 def _shutdown_engines(engines) -> None:
     import ray
 
     try:
-        ray.get([e.shutdown.remote() for e in engines], timeout=120)
+        ray.get([e.shutdown.remote(process_exits=True) for e in engines], timeout=120)
     finally:
         for engine in engines:
             ray.kill(engine)

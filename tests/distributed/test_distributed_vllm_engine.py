@@ -221,6 +221,7 @@ def test_closing_the_stream_early_aborts_the_running_requests():
 
     engine = VLLMEngine.__new__(VLLMEngine)
     engine._requests_started = 0
+    engine._pumped = {}
     engine.residency = EngineResidency()  # awake
     engine.llm = SimpleNamespace(llm_engine=StandInLLMEngine())
     stream = engine.generate_stream([[5], [6]], SamplingConfig(n=2, max_tokens=1))
@@ -238,3 +239,20 @@ def test_closing_the_stream_early_aborts_the_running_requests():
     engine.llm.llm_engine.running = ["someone-else"]
     with pytest.raises(RuntimeError, match="still runs requests"):
         next(engine.generate_stream([[5]], SamplingConfig()))
+    with pytest.raises(RuntimeError, match="still runs requests"):
+        engine.pump([], 0.1)
+
+    # The multi-turn request pump: requests stay in the engine between calls; each call returns what finished.
+    from reasonrl.dataplane.completion import TurnRequest
+
+    engine.llm.llm_engine.running = []
+    turn = SamplingConfig(n=1, max_tokens=1, seed=3)
+    finished = engine.pump([TurnRequest("a", [5], turn), TurnRequest("b", [6], turn)], 10.0)
+    assert [key for key, _ in finished] == ["a"] and len(engine._pumped) == 1  # one finishes per stand-in step
+    with pytest.raises(RuntimeError, match="still runs requests"):  # a single-turn call waits for the pump
+        next(engine.generate_stream([[5]], SamplingConfig()))
+    assert [key for key, _ in engine.pump([TurnRequest("c", [7], turn)], 10.0)] == ["b"]
+    assert engine.abort_pumped() == 1 and engine.llm.llm_engine.running == [] and engine._pumped == {}
+    assert engine.pump([], 0.1) == []  # nothing runs: returns at once
+    with pytest.raises(ValueError, match="each turn is one sample"):
+        engine.pump([TurnRequest("d", [7], SamplingConfig(n=2))], 0.1)
