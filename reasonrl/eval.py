@@ -240,6 +240,9 @@ def write_outputs(out_dir: Path, cfg: EvalConfig, summaries: dict[str, dict], re
             "max_prompt_len",
             "prompt_template",
             "reward_fn",
+            "env_fn",
+            "tools",
+            "max_turns",
             "top_p",
             "top_k",
             "seed",
@@ -301,6 +304,12 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
         raise ConfigError(problems, title="bad eval data")
     tokenizer = AutoTokenizer.from_pretrained(cfg.resolve_model_path(cfg.pretrain))
     template = hooks.build_template(tokenizer)
+    if cfg.env_fn is not None:  # multi-turn eval: the environment and the chat template, before Ray
+        from reasonrl.loop.multi_turn import environment_problems
+
+        problems = environment_problems(cfg.env_fn, cfg.tools, tokenizer)
+        if problems:
+            raise ConfigError(problems, title="multi-turn rollouts cannot start")
     summaries: dict[str, dict] = {}
     records: list[dict] = []
     with contextlib.ExitStack() as stack:
