@@ -17,12 +17,14 @@ instance may serve several environments from several threads.
 
 from __future__ import annotations
 
+import re
+
 from reasonrl.agents.episode import cut_middle
 from reasonrl.agents.tool_calls import ToolError
 from reasonrl.sandbox.runner import Job, Sandbox, SandboxLimits
 
 NO_OUTPUT = "(no output: the program printed nothing; use print() to see values)"
-_PROGRAM_FILE = 'File "/tmp/work/prog.py"'  # the program's own frames in a sandbox traceback
+_PROGRAM_FRAME = re.compile(r'File "[^"]*/prog\.py"')  # the program's own frames (its directory depends on the mode)
 
 
 class PythonToolError(ToolError):
@@ -91,9 +93,10 @@ class PythonTool:
 
 def _program_traceback(stderr: str) -> str:
     """The traceback without the sandbox's own import frames: its header, then from the program's first frame."""
-    start = stderr.find(_PROGRAM_FILE)
-    if start < 0:
+    match = _PROGRAM_FRAME.search(stderr)
+    if match is None:
         return stderr.strip()
+    start = match.start()
     header = "Traceback (most recent call last):\n" if "Traceback" in stderr[:start] else ""
     line_start = stderr.rfind("\n", 0, start) + 1
     return header + stderr[line_start:].rstrip()
