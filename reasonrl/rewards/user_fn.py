@@ -31,6 +31,8 @@ from typing import Any
 
 from loguru import logger
 
+_WHAT = "reward function spec"  # how errors name the spec; other loaders (tools, environments) pass their own
+
 
 class RewardFnSpecError(ValueError):
     """The spec string does not name a loadable callable; the message says what is wrong."""
@@ -42,59 +44,57 @@ def batched_reward(fn: Callable) -> Callable:
     return fn
 
 
-def _load_module_from_file(spec: str, path_str: str, base_dir: str | os.PathLike | None):
+def _load_module_from_file(spec: str, path_str: str, base_dir: str | os.PathLike | None, what: str = _WHAT):
     path = Path(path_str).expanduser()
     if not path.is_absolute():
         path = Path(base_dir or os.getcwd()) / path
     path = path.resolve()
     if not path.is_file():
-        raise RewardFnSpecError(f"reward function spec {spec!r}: file {str(path)!r} does not exist")
+        raise RewardFnSpecError(f"{what} {spec!r}: file {str(path)!r} does not exist")
     if path.suffix != ".py":
-        raise RewardFnSpecError(f"reward function spec {spec!r}: {str(path)!r} is not a .py file")
+        raise RewardFnSpecError(f"{what} {spec!r}: {str(path)!r} is not a .py file")
     name = "reasonrl_user_reward_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
     module_spec = importlib.util.spec_from_file_location(name, path)
     if module_spec is None or module_spec.loader is None:
-        raise RewardFnSpecError(f"reward function spec {spec!r}: cannot load {str(path)!r} as a module")
+        raise RewardFnSpecError(f"{what} {spec!r}: cannot load {str(path)!r} as a module")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
     try:
         module_spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[name]
-        raise RewardFnSpecError(
-            f"reward function spec {spec!r}: importing {str(path)!r} raised {type(exc).__name__}: {exc}"
-        ) from exc
+        raise RewardFnSpecError(f"{what} {spec!r}: importing {str(path)!r} raised {type(exc).__name__}: {exc}") from exc
     return module
 
 
-def _import_module(spec: str, name: str):
+def _import_module(spec: str, name: str, what: str = _WHAT):
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         raise RewardFnSpecError(
-            f"reward function spec {spec!r}: module {name!r} not found ({exc}); use 'package.module:fn' for an "
+            f"{what} {spec!r}: module {name!r} not found ({exc}); use 'package.module:fn' for an "
             "importable module or 'path/to/file.py:fn' for a file"
         ) from exc
     except Exception as exc:
-        raise RewardFnSpecError(
-            f"reward function spec {spec!r}: importing {name!r} raised {type(exc).__name__}: {exc}"
-        ) from exc
+        raise RewardFnSpecError(f"{what} {spec!r}: importing {name!r} raised {type(exc).__name__}: {exc}") from exc
 
 
-def resolve_callable(spec: str, base_dir: str | os.PathLike | None = None) -> Callable:
-    """The callable a spec names (see the module docstring); raises ``RewardFnSpecError`` naming the problem."""
+def resolve_callable(spec: str, base_dir: str | os.PathLike | None = None, *, what: str = _WHAT) -> Callable:
+    """The callable a spec names (see the module docstring); raises ``RewardFnSpecError`` naming the problem.
+
+    ``what`` starts every error message (default ``"reward function spec"``; the tool and environment loaders of
+    :mod:`reasonrl.agents` pass ``"tool spec"`` and ``"env_fn"``)."""
     if not isinstance(spec, str) or ":" not in spec:
         raise RewardFnSpecError(
-            f"reward function spec {spec!r} has no ':'; "
-            "expected 'path/to/file.py:function' or 'package.module:function'"
+            f"{what} {spec!r} has no ':'; expected 'path/to/file.py:function' or 'package.module:function'"
         )
     target, _, attr = spec.rpartition(":")
     if not target or not attr:
-        raise RewardFnSpecError(f"reward function spec {spec!r}: both the module/file and the function name are needed")
+        raise RewardFnSpecError(f"{what} {spec!r}: both the module/file and the function name are needed")
     if not all(part.isidentifier() for part in attr.split(".")):
-        raise RewardFnSpecError(f"reward function spec {spec!r}: {attr!r} is not a valid (dotted) Python name")
+        raise RewardFnSpecError(f"{what} {spec!r}: {attr!r} is not a valid (dotted) Python name")
     is_file = target.endswith(".py") or "/" in target or os.sep in target
-    module = _load_module_from_file(spec, target, base_dir) if is_file else _import_module(spec, target)
+    module = _load_module_from_file(spec, target, base_dir, what) if is_file else _import_module(spec, target, what)
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -102,14 +102,11 @@ def resolve_callable(spec: str, base_dir: str | os.PathLike | None = None) -> Ca
                 k for k, v in vars(module).items() if callable(v) and not k.startswith("_") and not isinstance(v, type)
             )
             raise RewardFnSpecError(
-                f"reward function spec {spec!r}: {target!r} has no attribute {attr!r}; callables defined there: "
-                f"{available}"
+                f"{what} {spec!r}: {target!r} has no attribute {attr!r}; callables defined there: {available}"
             )
         obj = getattr(obj, part)
     if not callable(obj):
-        raise RewardFnSpecError(
-            f"reward function spec {spec!r}: {attr!r} is not callable (it is of type {type(obj).__name__})"
-        )
+        raise RewardFnSpecError(f"{what} {spec!r}: {attr!r} is not callable (it is of type {type(obj).__name__})")
     return obj
 
 
