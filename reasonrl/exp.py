@@ -67,7 +67,13 @@ class BasePPOExp:
     def build_template(self, tokenizer):
         from reasonrl.data import get_template
 
-        return get_template(self.cfg.prompt_template, tokenizer=tokenizer)
+        cfg = self.cfg
+        if cfg.prompt_template == "chat" and cfg.env_fn is not None and cfg.env_fn.strip() == "tools":
+            from reasonrl.agents.tools import resolve_tools
+
+            schemas = {name: tool.schema for name, tool in resolve_tools(list(cfg.tools)).items()}
+            return get_template("chat", tokenizer=tokenizer, tool_schemas=schemas)  # the tools in the prompt
+        return get_template(cfg.prompt_template, tokenizer=tokenizer)
 
     # ------------------------------------------------------------------ run
     def run(self) -> dict[str, float]:

@@ -137,12 +137,19 @@ class ChatTemplate:
     no system turn; no instruction).
     """
 
-    def __init__(self, tokenizer: Any, system_prompt: str | None = None, instruction: str = CHAT_INSTRUCTION):
+    def __init__(
+        self,
+        tokenizer: Any,
+        system_prompt: str | None = None,
+        instruction: str = CHAT_INSTRUCTION,
+        tool_schemas: dict[str, dict] | None = None,
+    ):
         if getattr(tokenizer, "chat_template", None) is None:
             raise TemplateRenderError("the tokenizer has no chat_template; use the 'orz' or a jinja file template")
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
         self.instruction = JinjaTemplate(instruction, name="chat instruction")
+        self.tool_schemas = dict(tool_schemas or {})  # multi-turn tools: name -> JSON schema, shown to the model
 
     def render(self, row: dict[str, Any]) -> str:
         turns = chat_turns(row)
@@ -153,7 +160,19 @@ class ChatTemplate:
         else:
             messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
             messages.append({"role": "user", "content": self.instruction.render(row)})
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        tools = self._row_tools(row)
+        kwargs = {"tools": tools} if tools else {}
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+
+    def _row_tools(self, row: dict[str, Any]) -> list[dict]:
+        """The schemas of the tools this row offers (its ``tools`` field, else every configured one), passed to
+        the chat template (Qwen's lists them in the system turn; a template that ignores ``tools`` shows none)."""
+        names = row.get("tools")
+        if not self.tool_schemas:
+            return []
+        if names is None:
+            return list(self.tool_schemas.values())
+        return [self.tool_schemas[n] for n in names if n in self.tool_schemas]
 
 
 def orz_template(bos_token: str = "") -> JinjaTemplate:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from reasonrl.data import ORZ_STOP, TemplateRenderError, get_template, orz_template, render_prompts
@@ -97,3 +99,22 @@ def test_chat_template_errors(tokenizer):
 
     with pytest.raises(TemplateRenderError, match="no chat_template"):
         get_template("chat", tokenizer=NoTemplate())
+
+
+def test_chat_template_passes_the_rows_tool_schemas(tiny_tokenizer):
+    """Multi-turn tools: the schemas of the row's tools (all configured ones without a ``tools`` field) reach the
+    chat template, which shows them (Qwen's lists them in the system turn); ChatML ignores them."""
+    from reasonrl.agents.tools import resolve_tools
+
+    schemas = {name: tool.schema for name, tool in resolve_tools(["calculator", "python"]).items()}
+    plain = get_template("chat", tokenizer=tiny_tokenizer, tool_schemas=schemas).render({"question": "2+2?"})
+    assert "calculator" not in plain  # the tiny model's ChatML template has no tools section
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer.chat_template = (
+        "{% if tools %}TOOLS:{% for t in tools %} {{ t.function.name }}{% endfor %}\n{% endif %}"
+        + tiny_tokenizer.chat_template
+    )
+    template = get_template("chat", tokenizer=tokenizer, tool_schemas=schemas)
+    assert template.render({"question": "2+2?"}).startswith("TOOLS: calculator python\n")
+    assert template.render({"question": "2+2?", "tools": ["calculator"]}).startswith("TOOLS: calculator\n")
+    assert template.render({"question": "2+2?", "tools": []}).startswith("<|im_start|>user")
