@@ -111,10 +111,10 @@ def test_chat_template_passes_the_rows_tool_schemas(tiny_tokenizer):
     assert "calculator" not in plain  # the tiny model's ChatML template has no tools section
     tokenizer = copy.deepcopy(tiny_tokenizer)
     tokenizer.chat_template = (
-        "{% if tools %}TOOLS:{% for t in tools %} {{ t.function.name }}{% endfor %}\n{% endif %}"
+        "{% if tools %}TOOLS:{% for t in tools %} {{ t.function.name }}{% endfor %}|{% endif %}"
         + tiny_tokenizer.chat_template
     )
     template = get_template("chat", tokenizer=tokenizer, tool_schemas=schemas)
-    assert template.render({"question": "2+2?"}).startswith("TOOLS: calculator python\n")
-    assert template.render({"question": "2+2?", "tools": ["calculator"]}).startswith("TOOLS: calculator\n")
+    assert template.render({"question": "2+2?"}).startswith("TOOLS: calculator python|")
+    assert template.render({"question": "2+2?", "tools": ["calculator"]}).startswith("TOOLS: calculator|")
     assert template.render({"question": "2+2?", "tools": []}).startswith("<|im_start|>user")
