@@ -214,3 +214,34 @@ def test_rollout_correction_weighs_the_loss_by_the_engine_trainer_ratio(stack, t
         assert 0.0 <= row["policy/rollout_corr/kl_k3"] < 1e-4, row
         assert row["policy/rollout_corr/logp_abs_diff_max"] < 1e-2, row
         assert row["policy/rollout_corr/truncated_token_frac"] == 0.0  # no ratio near the cap of 2
+
+
+def test_multi_turn_with_dynamic_sampling_and_streamed_forwards(stack, tmp_path):
+    """Multi-turn samples (a scripted environment answers each turn) through dynamic sampling, streamed reference
+    forwards and the generation dump: every dumped sample shows its turns, observations are masked (fewer loss
+    tokens than response tokens), and the step trains."""
+    rows, trainer = run_feature(
+        stack,
+        tmp_path,
+        reward=f"{FIXTURES}:letters_on_even_id",
+        env_fn=f"{FIXTURES.parent / 'scripted_env.py'}:Countdown",
+        stop=[" "],
+        max_turns=3,
+        generate_max_len=48,
+        kl_mode="loss",
+        dynamic_sampling=True,
+        max_steps=1,
+        dump_generations=64,
+        max_sampling_tries=4,
+        colocate_all=False,
+        forward_chunk_tokens=100,
+    )
+    row = rows[1]
+    trained(row)
+    assert row["perf/forward_chunks"] > 1 and row["sampling/samples"] > 0
+    assert row["multi_turn/turns_mean"] > 1.5 and row["multi_turn/tool_calls/countdown"] > 0
+    assert row["time/env"] >= 0 and row["time/env_exposed"] >= 0
+    dumped = [json.loads(x) for x in (tmp_path / "f" / "generations" / "step_1.jsonl").read_text().splitlines()]
+    assert dumped and all(rec["turns"][0]["role"] == "assistant" for rec in dumped)
+    assert any(t["role"] == "tool" and t["text"].startswith("left: ") for rec in dumped for t in rec["turns"])
+    assert all(rec["env_error"] is None for rec in dumped)
