@@ -33,7 +33,12 @@ from reasonrl.sft.config import SFTConfig
 from reasonrl.utils.paths import cache_root
 
 BUILD_VERSION = 1  # bump when train_sft changes what the same config produces
-TOOLS_SFT_STEPS = 60  # the schedule of tools-sft and tools-sft-notool (measured: ToolsWarmStartConfig)
+# The schedule of tools-sft and tools-sft-notool. NOT YET TUNED to its target (30-70% held-out with the tool):
+# measured on a shared 2-core CPU (benchmarks/bench_tools_sft.py, 200 held-out rows), 60 steps of 64 take 240 s and
+# give 0.0% (the call format is learned, the operands are not copied: '{"expression": "929*755"}'); the baseline
+# 0.0% in 78 s. A plain-torch probe (batch 32, lr 2e-3) first copied an expression at ~300 steps (1% of calls);
+# lr 3e-3 learned slower. Reaching the target likely needs several hundred steps (minutes, not ~2 min, on 2 cores).
+TOOLS_SFT_STEPS = 60
 
 
 @dataclasses.dataclass
@@ -90,8 +95,9 @@ class ToolsWarmStartConfig(ArithWarmStartConfig):
     \\boxed{4517277}."``. The loss is on the assistant turns only (``response_field=messages``,
     :mod:`reasonrl.sft.conversation`), and the prompt is the chat template's, as in a multi-turn rollout.
 
-    Short on purpose, so that the model calls the tool correctly only part of the time and RL has room: see
-    :data:`TOOLS_SFT_STEPS` for the measured schedule. Prompts take at most 22 tokens, conversations 100."""
+    Meant to be short, so that the model calls the tool correctly only part of the time and RL has room; the
+    schedule is not tuned yet (:data:`TOOLS_SFT_STEPS`: measured 0% held-out after 60 steps). Prompts take at most
+    22 tokens of ``tiny-demo``'s tokenizer, conversations 100 (60 of them trained)."""
 
     exp_name: str = "tools_sft"
     train_data: list[str] = dataclasses.field(default_factory=lambda: ["tool_mul_sft_train"])
