@@ -2,8 +2,8 @@
 
 A value is, in this order of precedence:
 
-1. an offline model name (``tiny``, ``tiny-demo``, ``tiny-code``, ``smollm2``, ``arith-sft``, ``code-sft``:
-   :mod:`reasonrl.config.offline_models`);
+1. an offline model name (``tiny``, ``tiny-demo``, ``tiny-code``, ``smollm2``, ``arith-sft``, ``code-sft``,
+   ``tools-sft``, ``tools-sft-notool``: :mod:`reasonrl.config.offline_models`);
 2. an existing local path (always wins: ``models/Qwen2.5-7B`` is a folder when it exists, even though it is shaped
    like a Hub id);
 3. a Hugging Face Hub id ``owner/name``, optionally at a revision ``owner/name@rev`` (a branch, tag or commit sha),

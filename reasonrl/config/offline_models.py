@@ -4,7 +4,8 @@ The config layer knows each name and its context length (validation needs both, 
 builds a model lives above it and registers a builder here when it is imported (dependencies point down)::
 
     reasonrl.models.named     registers tiny, tiny-demo, tiny-code, smollm2
-    reasonrl.sft.warm_start   registers arith-sft, code-sft (and imports reasonrl.models.named: tiny-demo is its base)
+    reasonrl.sft.warm_start   registers arith-sft, code-sft, tools-sft, tools-sft-notool (and imports
+                              reasonrl.models.named: tiny-demo is its base)
 
 Every runner imports them before it resolves a model: ``reasonrl.exp``, ``reasonrl.eval`` and any ``reasonrl.sft``
 import (its ``__init__`` imports ``warm_start``). Code that only builds a config and calls
@@ -27,6 +28,8 @@ OFFLINE_MODELS = {
     "smollm2": 8192,
     "arith-sft": 256,
     "code-sft": 256,
+    "tools-sft": 256,
+    "tools-sft-notool": 256,
 }
 
 # name -> the module that registers its builder (for the message when it was not imported).
@@ -37,6 +40,8 @@ _REGISTERED_BY = {
     "smollm2": "reasonrl.models.named",
     "arith-sft": "reasonrl.sft.warm_start",
     "code-sft": "reasonrl.sft.warm_start",
+    "tools-sft": "reasonrl.sft.warm_start",
+    "tools-sft-notool": "reasonrl.sft.warm_start",
 }
 
 _BUILDERS: dict[str, Callable[[], Path]] = {}

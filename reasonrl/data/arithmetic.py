@@ -6,7 +6,8 @@
     reward("132", "132") == 1.0                                   # reward_fn="reasonrl.data.arithmetic:reward"
 
 The default task is also a built-in data source: ``train_data=["arith_add2_train"]`` /
-``eval_data=["arith_add2_heldout"]`` (:data:`GENERATED_DATASETS`, written on first use).
+``eval_data=["arith_add2_heldout"]`` (:data:`GENERATED_DATASETS`, written on first use; it also lists the
+programming tasks of :mod:`reasonrl.data.code_tasks` and the calculator-tool tasks of :mod:`reasonrl.data.tool_tasks`).
 
 Problems are ``a <op> b`` with operands drawn uniformly from the ``digits``-digit integers (``10 .. 99`` for 2).
 Every problem is a pure function of ``(seed, index)``, and the held-out split is disjoint from the training split
@@ -25,6 +26,7 @@ import random
 from pathlib import Path
 
 from reasonrl.data.code_tasks import CodeTaskSet
+from reasonrl.data.tool_tasks import ToolMulTask, ToolTraceSet
 from reasonrl.utils.paths import atomic_directory, cache_root
 
 OPS = {"add": ("+", lambda a, b: a + b), "sub": ("-", lambda a, b: a - b), "mul": ("*", lambda a, b: a * b)}
@@ -89,7 +91,10 @@ class ArithmeticTask:
         return rows
 
 
-def task_files(task: ArithmeticTask | CodeTaskSet, cache_dir: Path | None = None) -> tuple[Path, Path]:
+GeneratedTask = ArithmeticTask | CodeTaskSet | ToolMulTask | ToolTraceSet
+
+
+def task_files(task: GeneratedTask, cache_dir: Path | None = None) -> tuple[Path, Path]:
     """``(train.jsonl, heldout.jsonl)`` of ``task``, written once under ``<cache>/data/<task.key>/``."""
     folder = Path(cache_dir or cache_root() / "data") / task.key
     if not (folder / "heldout.jsonl").exists():
@@ -101,12 +106,19 @@ def task_files(task: ArithmeticTask | CodeTaskSet, cache_dir: Path | None = None
 
 
 # Built-in names of generated datasets (``load_rows`` / ``train_data`` / ``eval_data``): name -> (task, split). A task
-# is anything with a ``key`` and ``rows(split)``: the arithmetic task here, the programming tasks of ``code_tasks``.
-GENERATED_DATASETS: dict[str, tuple[ArithmeticTask | CodeTaskSet, str]] = {
+# is anything with a ``key`` and ``rows(split)``: the arithmetic task here, the programming tasks of ``code_tasks``,
+# the calculator-tool multiplication of ``tool_tasks`` and its SFT conversations (with and without the tool).
+GENERATED_DATASETS: dict[str, tuple[GeneratedTask, str]] = {
     "arith_add2_train": (ArithmeticTask(), "train"),
     "arith_add2_heldout": (ArithmeticTask(), "heldout"),
     "code_train": (CodeTaskSet(), "train"),
     "code_heldout": (CodeTaskSet(), "heldout"),
+    "tool_mul_train": (ToolMulTask(), "train"),
+    "tool_mul_heldout": (ToolMulTask(), "heldout"),
+    "tool_mul_sft_train": (ToolTraceSet(), "train"),
+    "tool_mul_sft_heldout": (ToolTraceSet(), "heldout"),
+    "tool_mul_notool_sft_train": (ToolTraceSet(use_tool=False), "train"),
+    "tool_mul_notool_sft_heldout": (ToolTraceSet(use_tool=False), "heldout"),
 }
 
 

@@ -20,7 +20,13 @@ prompt turns (system and user turns up to the last user turn; a final assistant 
 ``question`` is the last user turn's text (for display, duplicates and the train/eval overlap check); templates
 render the turns (:mod:`reasonrl.data.templates`). A row whose question is a text field is a text row: a raw
 ``messages`` field of its record is left out, so it is never rendered as a chat. The gold answer still comes from
-the answer field.
+the answer field. Turns may use tools (:mod:`reasonrl.data.chat`): ``tool`` turns and assistant turns carrying
+calls (Hermes ``<tool_call>`` text, or OpenAI-style ``tool_calls``), kept as given; a conversation ending with a
+tool turn is a prompt as a whole. ``keep_reply=True`` (SFT on conversations) keeps the turns after the prompt in
+``reply_messages`` and makes the answer field optional (``""`` without one).
+
+Environment fields: a row may name its multi-turn environment and tools, ``env`` (a string) and ``tools`` (a list of
+tool names); other types are a ``DataFormatError`` naming the row.
 
 Code rows (:mod:`reasonrl.data.code_rows`): a record with a ``tests`` field (or the field ``fields={"tests": ...}``
 maps, e.g. ``input_output``; presets ``apps``, ``taco``, ``deepcoder``, ``verl_code``) or ``data_source: code``
@@ -48,7 +54,7 @@ from typing import Any
 
 from loguru import logger
 
-from reasonrl.data.chat import last_user_text, prompt_messages
+from reasonrl.data.chat import last_user_text, split_messages
 from reasonrl.data.code_rows import CODE, is_route_name, normalize_tests, tests_fingerprint
 from reasonrl.data.overlap import question_key
 from reasonrl.data.records import iter_file, iter_folder, iter_hub
@@ -190,13 +196,15 @@ def normalize_record(
     source_name: str,
     chosen: Mapping[str, str] | None = None,
     index: int | None = None,
+    keep_reply: bool = False,
 ) -> dict:
     """One raw record -> a normalised row; raises ``ValueError``/``KeyError``/``TypeError`` describing the problem.
 
     An unmapped question/answer/id field is looked up in this record alone (``load_rows`` maps every field once per
     source with :func:`choose_fields` and passes its notes as ``chosen``: a row without an id chosen there gets
     ``default_id``). A code row (:func:`_code_tests`) needs no answer; its ``tests`` are parsed here into a dict
-    (an error names the row ``index`` when given, and its id)."""
+    (an error names the row ``index`` when given, and its id). ``keep_reply``: a chat row keeps the turns after its
+    prompt in ``reply_messages``, and its answer is optional (``""``)."""
     if not isinstance(record, (dict, list)):
         raise TypeError(f"expected a JSON object, got {type(record).__name__}")
     chosen = chosen or {}
@@ -206,20 +214,27 @@ def normalize_record(
     for name, keys in (("question", QUESTION_KEYS), ("answer", ANSWER_KEYS))[: len(names)]:
         if name not in mapping:
             found = next((k for k in keys if isinstance(record, dict) and k in record), None)
+            if found is None and name == "answer" and keep_reply:
+                continue
             if found is None:
                 raise KeyError(f"no {name} field (looked for {', '.join(keys)}); pass fields={{'{name}': '<key>'}}")
             mapping[name] = found
     row: dict[str, Any] = {}
     for name in names:
+        if name == "answer" and keep_reply and _no_answer(record, mapping):
+            row["answer"] = ""  # optional for a conversation (SFT targets are its reply turns)
+            continue
         try:
             value = get_path(record, mapping[name])
         except KeyError:
             raise _missing(record, name, mapping[name], chosen) from None
         if name == "question" and isinstance(value, (list, tuple)):  # a chat prompt: messages turns
             try:
-                row["messages"] = prompt_messages(value)
+                row["messages"], reply = split_messages(value)
             except ValueError as exc:
                 raise ValueError(f"question ({mapping[name]!r}): {exc}") from None
+            if keep_reply:
+                row["reply_messages"] = reply
             value = last_user_text(value)
         elif name == "question":
             if not isinstance(value, str):
@@ -246,12 +261,35 @@ def normalize_record(
     if tests is not None:
         _add_code_fields(row, record, mapping, tests, index)
     if isinstance(record, dict):
+        _check_env_fields(record, row, index)
+    if isinstance(record, dict):
         # a text row never keeps raw messages; a code row's raw tests field is replaced by the parsed ``tests``
         used = {mapping["question"], mapping.get("answer"), id_key, "messages", mapping.get("tests", "tests")}
         for k, v in record.items():
             if k not in used and k not in row:
                 row[k] = v
     return {"id": row.pop("id"), "question": row.pop("question"), "answer": row.pop("answer"), **row}
+
+
+def _no_answer(record: Any, mapping: Mapping[str, str]) -> bool:
+    """Whether the record has no (non-null) value at its answer field."""
+    if not mapping.get("answer"):
+        return True
+    try:
+        return get_path(record, mapping["answer"]) is None
+    except KeyError:
+        return True
+
+
+def _check_env_fields(record: dict, row: dict, index: int | None) -> None:
+    """A row's ``env`` must be a string and its ``tools`` a list of strings (they pick its environment and tools)."""
+    where = (f"row {index} " if index is not None else "") + f"(id {row['id']!r})"
+    env, tools = record.get("env"), record.get("tools")
+    if env is not None and not isinstance(env, str):
+        raise TypeError(f"{where}: env must be a string (an environment name), got {type(env).__name__}")
+    if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
+        got = type(tools).__name__ if not isinstance(tools, list) else "a list with non-strings"
+        raise TypeError(f"{where}: tools must be a list of tool names (strings), got {got}")
 
 
 _NO_TESTS = object()
@@ -339,6 +377,7 @@ def load_rows(
     limit: int | None = None,
     duplicates: str = "keep",
     max_logged: int = 5,
+    keep_reply: bool = False,
 ) -> LoadResult:
     """Load and normalise rows (see the module docstring).
 
@@ -358,6 +397,8 @@ def load_rows(
         limit: stop after this many good rows.
         duplicates: ``keep`` (default) or ``drop`` rows that repeat an earlier row (same question and answer, or
             same id); either way they are counted in ``num_duplicates`` and logged.
+        keep_reply: chat rows keep the turns after their prompt in ``reply_messages`` (SFT on conversations); the
+            answer field becomes optional.
 
     Raises:
         DataFormatError: a malformed row (``on_error="raise"``), an unreadable file, or a source without rows.
@@ -406,7 +447,9 @@ def load_rows(
             if isinstance(record, DataFormatError):
                 raise record
             at = None if f"row {index}" in where else index  # parquet / json lists already name the row
-            row = normalize_record(record, mapping, answer_from, f"{name}-{index}", name, chosen, index=at)
+            row = normalize_record(
+                record, mapping, answer_from, f"{name}-{index}", name, chosen, index=at, keep_reply=keep_reply
+            )
         except (DataFormatError, KeyError, ValueError, TypeError) as exc:
             message = str(exc) if isinstance(exc, DataFormatError) else f"{where}: {exc.args[0] if exc.args else exc}"
             if on_error == "raise":

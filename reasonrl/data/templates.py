@@ -152,6 +152,13 @@ class ChatTemplate:
         self.tool_schemas = dict(tool_schemas or {})  # multi-turn tools: name -> JSON schema, shown to the model
 
     def render(self, row: dict[str, Any]) -> str:
+        messages, kwargs = self.conversation(row)
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+
+    def conversation(self, row: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
+        """``(messages, kwargs)`` that :meth:`render` gives ``apply_chat_template``: the prompt turns (the row's own
+        or system + instruction) and ``tools`` when the row offers any (SFT renders a reply after them the same
+        way)."""
         turns = chat_turns(row)
         if turns is not None:
             has_system = any(turn["role"] == "system" for turn in turns)
@@ -161,8 +168,7 @@ class ChatTemplate:
             messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
             messages.append({"role": "user", "content": self.instruction.render(row)})
         tools = self._row_tools(row)
-        kwargs = {"tools": tools} if tools else {}
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+        return messages, ({"tools": tools} if tools else {})
 
     def _row_tools(self, row: dict[str, Any]) -> list[dict]:
         """The schemas of the tools this row offers (its ``tools`` field, else every configured one), passed to

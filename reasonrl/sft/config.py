@@ -82,7 +82,11 @@ class SFTConfig:
     eval_max_rows: int = _dat(512, "at most this many held-out rows")
     prompt_template: str = _dat("plain", "plain / chat / orz / r1_zero / a jinja2 file (as the RL config's)")
     prompt_field: str = _dat("question", "the row field the template renders as the question")
-    response_field: str = _dat("answer", "the row field holding the target text (whitespace stripped); EOS is appended")
+    response_field: str = _dat(
+        "answer",
+        "the row field holding the target text (whitespace stripped; EOS is appended), or messages: train on a chat "
+        "row's turns after its prompt, loss on the assistant turns only (tool turns masked; prompt_template=chat)",
+    )
     max_prompt_len: int = _dat(256, "prompt tokens kept (left-truncated, like the RL trainer)")
     max_response_len: int = _dat(256, "longer targets (with EOS) are dropped and counted")
     # optimisation
@@ -225,6 +229,11 @@ class SFTConfig:
         if self.prompt_template not in PROMPT_TEMPLATES and not Path(self.prompt_template).expanduser().is_file():
             problems.append(
                 f"prompt_template={self.prompt_template!r} is neither one of {list(PROMPT_TEMPLATES)} nor a jinja2 file"
+            )
+        if self.response_field == "messages" and self.prompt_template != "chat":
+            problems.append(
+                f"response_field='messages' (SFT on conversations) needs prompt_template=chat, got "
+                f"{self.prompt_template!r}: the reply turns are rendered by the tokenizer's chat template"
             )
         if self.cpus_per_bundle <= 0:
             problems.append(f"cpus_per_bundle={self.cpus_per_bundle!r} must be > 0")

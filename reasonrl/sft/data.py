@@ -1,4 +1,9 @@
-"""SFT data: rows -> (prompt ids, response ids + EOS) pairs, held-out split, and the seeded batch order."""
+"""SFT data: rows -> (prompt ids, response ids + EOS) pairs, held-out split, and the seeded batch order.
+
+``response_field="messages"`` trains on conversations instead (:mod:`reasonrl.sft.conversation`): the sample is
+``(prompt ids, response ids, loss mask)``, the response every turn after the prompt and the mask True on the
+assistant turns only (tool results and turn headers are context, as in a multi-turn rollout).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,14 @@ from reasonrl.data.templates import TemplateRenderError
 from reasonrl.sft.config import SFTConfig
 from reasonrl.utils.rng import derive_seed
 
-Sample = tuple[list[int], list[int]]  # (prompt token ids, response token ids incl. EOS)
+# (prompt token ids, response token ids incl. EOS), or with a third entry: the loss mask over the response tokens
+Sample = tuple[list[int], list[int]] | tuple[list[int], list[int], list[bool]]
+CONVERSATION = "messages"  # the response_field of SFT on conversations
+
+
+def trained_tokens(sample: Sample) -> int:
+    """The response tokens a sample's loss counts: all of them, or those its loss mask keeps."""
+    return sum(sample[2]) if len(sample) > 2 else len(sample[1])
 
 
 def encode_pairs(
@@ -27,10 +39,13 @@ def encode_pairs(
     prompts (``template.render(row)``, no special tokens, left-truncated to ``max_prompt_len``). Rows whose response
     would exceed ``max_response_len`` tokens (EOS included) are dropped and counted. A row without a non-empty
     ``response_field``, or whose prompt renders empty, is a :class:`DataFormatError` naming the row (``where``
-    names the data)."""
+    names the data). ``response_field="messages"``: each row is a conversation, encoded with its loss mask
+    (:func:`reasonrl.sft.conversation.encode_conversation`; ``template`` must be the chat template)."""
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError("the tokenizer has no eos_token_id: SFT targets must end with EOS so generation stops")
+    if response_field == CONVERSATION:
+        return _encode_conversations(rows, template, max_prompt_len, max_response_len, where)
     samples, dropped = [], 0
     for i, row in enumerate(rows):
         target = row.get(response_field)
@@ -59,11 +74,33 @@ def encode_pairs(
     return samples, dropped
 
 
+def _encode_conversations(
+    rows: Sequence[dict], template, max_prompt_len: int, max_response_len: int, where: str
+) -> tuple[list[Sample], int]:
+    from reasonrl.sft.conversation import encode_conversation
+
+    samples, dropped = [], 0
+    for i, row in enumerate(rows):
+        try:
+            prompt, response, mask = encode_conversation(row, template, max_prompt_len)
+        except (ValueError, TemplateRenderError) as exc:  # ConversationError, a malformed messages value
+            raise DataFormatError(f"{where}: row {i} (id {row.get('id', '?')!r}): {exc}") from None
+        if len(response) > max_response_len:
+            dropped += 1
+            continue
+        samples.append((prompt, response, mask))
+    return samples, dropped
+
+
 def _load(sources: Sequence[str], cfg: SFTConfig) -> list[dict]:
     """Rows of every source with ``cfg.prompt_field`` / ``cfg.response_field`` as the question / target (the
-    loader maps them; ``answer_from="none"``: an SFT target is the full text, not an extracted final answer)."""
+    loader maps them; ``answer_from="none"``: an SFT target is the full text, not an extracted final answer).
+    ``response_field="messages"``: chat rows that keep their reply turns (``keep_reply``)."""
     from reasonrl.data import load_rows
 
+    if cfg.response_field == CONVERSATION:
+        fields = {"question": cfg.prompt_field}
+        return [r for s in sources for r in load_rows(s, fields=fields, answer_from="none", keep_reply=True).rows]
     fields = {"question": cfg.prompt_field, "answer": cfg.response_field}
     rows = []
     for source in sources:

@@ -30,7 +30,7 @@ from pathlib import Path
 from loguru import logger
 
 from reasonrl.sft.config import NOT_WEIGHT_FIELDS, SFTConfig
-from reasonrl.sft.data import Sample, batch_order, encode_pairs, split_rows
+from reasonrl.sft.data import Sample, batch_order, encode_pairs, split_rows, trained_tokens
 
 EVAL_KEY = "eval/heldout/loss"
 SFT_CONFIG_FILE = "sft_config.json"  # the config of a checkpoint (its weights-relevant fields are checked on resume)
@@ -116,7 +116,7 @@ class SFTTrainer:
         for step, idx in enumerate(self.order[start_step:], start=start_step + 1):
             step_start = time.perf_counter()
             batch = [self.train[i] for i in idx]
-            global_tokens = sum(len(r) for _, r in batch)
+            global_tokens = sum(trained_tokens(s) for s in batch)
             parts = self.group.call_sharded("train_step", self._shards(batch), global_tokens)
             losses.append(sum(p["loss_share"] for p in parts))
             m = {"sft/loss": losses[-1], "sft/lr": parts[0]["lr"], "sft/grad_norm": parts[0]["grad_norm"]}

@@ -33,6 +33,12 @@ from reasonrl.sft.config import SFTConfig
 from reasonrl.utils.paths import cache_root
 
 BUILD_VERSION = 1  # bump when train_sft changes what the same config produces
+# The schedule of tools-sft and tools-sft-notool. NOT YET TUNED to its target (30-70% held-out with the tool):
+# measured on a shared 2-core CPU (benchmarks/bench_tools_sft.py, 200 held-out rows), 60 steps of 64 take 240 s and
+# give 0.0% (the call format is learned, the operands are not copied: '{"expression": "929*755"}'); the baseline
+# 0.0% in 78 s. A plain-torch probe (batch 32, lr 2e-3) first copied an expression at ~300 steps (1% of calls);
+# lr 3e-3 learned slower. Reaching the target likely needs several hundred steps (minutes, not ~2 min, on 2 cores).
+TOOLS_SFT_STEPS = 60
 
 
 @dataclasses.dataclass
@@ -79,6 +85,39 @@ class CodeWarmStartConfig(ArithWarmStartConfig):
     max_prompt_len: int = 48
     max_response_len: int = 48
     max_steps: int | None = 50
+
+
+@dataclasses.dataclass
+class ToolsWarmStartConfig(ArithWarmStartConfig):
+    """The SFT run behind ``pretrain=tools-sft``: ``tiny-demo`` on calculator conversations
+    (:mod:`reasonrl.data.tool_tasks`, ``tool_mul_sft_train``): ``"What is 4821 * 937?"`` -> a ``<tool_call>`` of the
+    calculator with ``{"expression": "4821*937"}``, the tool's ``"4517277"`` (masked), ``"The answer is
+    \\boxed{4517277}."``. The loss is on the assistant turns only (``response_field=messages``,
+    :mod:`reasonrl.sft.conversation`), and the prompt is the chat template's, as in a multi-turn rollout.
+
+    Meant to be short, so that the model calls the tool correctly only part of the time and RL has room; the
+    schedule is not tuned yet (:data:`TOOLS_SFT_STEPS`: measured 0% held-out after 60 steps). Prompts take at most
+    22 tokens of ``tiny-demo``'s tokenizer, conversations 100 (60 of them trained)."""
+
+    exp_name: str = "tools_sft"
+    train_data: list[str] = dataclasses.field(default_factory=lambda: ["tool_mul_sft_train"])
+    eval_data: list[str] = dataclasses.field(default_factory=lambda: ["tool_mul_sft_heldout"])
+    prompt_template: str = "chat"
+    prompt_field: str = "messages"
+    response_field: str = "messages"
+    max_prompt_len: int = 32
+    max_response_len: int = 128
+    max_steps: int | None = TOOLS_SFT_STEPS
+
+
+@dataclasses.dataclass
+class ToolsNoToolWarmStartConfig(ToolsWarmStartConfig):
+    """The SFT run behind ``pretrain=tools-sft-notool``, the baseline of ``tools-sft``: the same questions, model
+    and schedule, answered directly (``tool_mul_notool_sft_train``: ``"The answer is \\boxed{4517277}."``)."""
+
+    exp_name: str = "tools_sft_notool"
+    train_data: list[str] = dataclasses.field(default_factory=lambda: ["tool_mul_notool_sft_train"])
+    eval_data: list[str] = dataclasses.field(default_factory=lambda: ["tool_mul_notool_sft_heldout"])
 
 
 def warm_start_key(cfg: SFTConfig) -> str:
@@ -128,5 +167,17 @@ def code_warm_start_path(cache_dir: Path | None = None, log_dir: str | None = No
     return warm_start_path(CodeWarmStartConfig(), cache_dir=cache_dir, log_dir=log_dir)
 
 
+def tools_warm_start_path(cache_dir: Path | None = None, log_dir: str | None = None) -> Path:
+    """``pretrain=tools-sft``: :func:`warm_start_path` of :class:`ToolsWarmStartConfig`."""
+    return warm_start_path(ToolsWarmStartConfig(), cache_dir=cache_dir, log_dir=log_dir)
+
+
+def tools_notool_warm_start_path(cache_dir: Path | None = None, log_dir: str | None = None) -> Path:
+    """``pretrain=tools-sft-notool``: :func:`warm_start_path` of :class:`ToolsNoToolWarmStartConfig`."""
+    return warm_start_path(ToolsNoToolWarmStartConfig(), cache_dir=cache_dir, log_dir=log_dir)
+
+
 register_offline_model("arith-sft", warm_start_path)
 register_offline_model("code-sft", code_warm_start_path)
+register_offline_model("tools-sft", tools_warm_start_path)
+register_offline_model("tools-sft-notool", tools_notool_warm_start_path)

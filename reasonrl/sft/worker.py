@@ -6,7 +6,9 @@ The loss is the token-mean negative log-likelihood over RESPONSE tokens only (pr
     L = - (1 / N) * sum_{i in batch} sum_{t < |y_i|} log p_theta(y_i,t | x_i, y_i,<t),    N = sum_i |y_i|
 
 ``N`` counts the whole GLOBAL batch, so every micro-batch's loss is an exact share of ``L``; each rank multiplies
-its share by the world size because DeepSpeed averages gradients over ranks (as the PPO update does).
+its share by the world size because DeepSpeed averages gradients over ranks (as the PPO update does). A sample with
+a loss mask (a conversation: ``(prompt, response, mask)``, :mod:`reasonrl.sft.conversation`) counts only the
+response tokens its mask keeps, in the sum and in ``N``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from reasonrl.distributed import deepspeed_engine as ds
-from reasonrl.distributed.ppo_workers import PolicyWorker, WorkerConfig
+from reasonrl.distributed.ppo_workers import DUMMY_SAMPLE, PolicyWorker, WorkerConfig
 from reasonrl.sft.data import Sample
 
 
@@ -35,13 +37,20 @@ class SFTWorker(PolicyWorker):
             torch.set_num_threads(torch_threads)
         return super().setup(config)
 
+    def _micro_batches(self, samples: Sequence[Sample], padded: bool | None = None):
+        """The policy's micro-batches planned on the (prompt, response) pairs; each keeps its samples' masks."""
+        pairs = [tuple(s[:2]) for s in samples]
+        planned = super()._micro_batches(pairs, padded)
+        return [(idx, [samples[i] for i in idx] if idx else [DUMMY_SAMPLE]) for idx, _ in planned]
+
     def _nll(self, samples: Sequence[Sample]) -> tuple[torch.Tensor, int]:
-        """Summed NLL of the response tokens of one micro-batch (a scalar tensor) and their count."""
+        """Summed NLL of the trained response tokens of one micro-batch (a scalar tensor) and their count."""
         from reasonrl.models import response_logprobs
 
-        batch = self._batch(samples)
+        batch = self._batch([tuple(s[:2]) for s in samples])
         logprobs, _ = response_logprobs(self.engine, batch, 1.0)  # [batch, T], zeros at padding
-        return -(logprobs * batch.action_mask).sum(), int(batch.action_mask.sum())
+        mask = loss_mask(samples, batch.action_mask)
+        return -(logprobs * mask).sum(), int(mask.sum())
 
     def train_step(self, samples: Sequence[Sample], global_tokens: int) -> dict[str, float]:
         """One optimizer step over this rank's share of the global batch (collective). ``global_tokens`` = N,
@@ -69,3 +78,16 @@ class SFTWorker(PolicyWorker):
             if idx:
                 total, tokens = total + float(nll), tokens + n
         return total, tokens
+
+
+def loss_mask(samples: Sequence[Sample], span: torch.Tensor) -> torch.Tensor:
+    """``[batch, T]`` bool: the response span of the batch (``span``, its ``action_mask``) where a sample has no
+    mask of its own, else that sample's mask (a conversation's assistant tokens) on its span."""
+    mask = span.clone()
+    for i, sample in enumerate(samples):
+        if len(sample) > 2:
+            own = torch.tensor(sample[2], dtype=torch.bool, device=span.device)
+            if own.numel() != int(span[i].sum()):
+                raise ValueError(f"sample {i}: {own.numel()} loss-mask entries for {int(span[i].sum())} tokens")
+            mask[i, : own.numel()] = own
+    return mask

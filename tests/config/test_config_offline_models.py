@@ -57,6 +57,8 @@ def test_declared_context_lengths_match_the_models():
     assert OFFLINE_MODELS["tiny-demo"] == OFFLINE_MODELS["arith-sft"] == DEMO_SPEC.max_position_embeddings
     # code-sft is tiny-code fine-tuned; tiny-code is tiny-demo's shape with another tokenizer
     assert OFFLINE_MODELS["tiny-code"] == OFFLINE_MODELS["code-sft"] == CODE_SPEC.max_position_embeddings
+    # tools-sft and tools-sft-notool are tiny-demo fine-tuned on the calculator traces (with and without the tool)
+    assert OFFLINE_MODELS["tools-sft"] == OFFLINE_MODELS["tools-sft-notool"] == DEMO_SPEC.max_position_embeddings
     converted = cache_root() / "models" / FOLDER_NAME / "config.json"
     if not converted.is_file():
         pytest.skip("SmolLM2 not converted on this machine (python -m reasonrl.prepare)")

@@ -65,7 +65,15 @@ def test_a_text_question_wins_and_raw_messages_are_left_out(tmp_path):
         ),
         ([{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}], "no user turn"),
         ([], "non-empty list"),
-        ([{"role": "user", "content": "q"}, {"role": "tool", "content": "x"}], "role 'tool'"),
+        (
+            [{"role": "user", "content": "q"}, {"role": "tool", "content": "x"}],
+            r"\[1\] is a tool turn without an assistant turn before it",
+        ),
+        ([{"role": "user", "content": "q"}, {"role": "function", "content": "x"}], "role 'function'"),
+        (
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": ""}],
+            r"\[2\] \(the last user turn\) is empty",
+        ),
         ([{"role": "user", "content": ["q"]}], "content must be a string"),
     ],
 )

@@ -68,3 +68,17 @@ def test_offline_names_resolve_and_unknown_names_are_refused(tiny_model_dir):
     assert set(registered_offline_models()) == set(OFFLINE_MODELS)  # arith-sft: registered by this module
     with pytest.raises(KeyError, match="unknown offline model 'tiny2'; available: tiny, tiny-demo"):
         offline_model_path("tiny2")
+
+
+def test_the_tool_warm_starts_share_model_and_schedule_and_differ_in_data(tmp_path):
+    from reasonrl.sft.warm_start import ToolsNoToolWarmStartConfig, ToolsWarmStartConfig
+
+    tools, notool = ToolsWarmStartConfig(), ToolsNoToolWarmStartConfig()
+    for cfg in (tools, notool):
+        dataclasses.replace(cfg, output_dir=str(tmp_path / cfg.exp_name), log_dir=str(tmp_path / "logs")).validate()
+        assert cfg.response_field == "messages" and cfg.prompt_template == "chat"
+    same = ("pretrain", "max_steps", "train_batch_size", "lr", "lr_schedule", "seed")
+    assert all(getattr(tools, f) == getattr(notool, f) for f in same)
+    assert tools.train_data == ["tool_mul_sft_train"] and notool.train_data == ["tool_mul_notool_sft_train"]
+    assert warm_start_key(tools) != warm_start_key(notool) and warm_start_key(tools).startswith("sft-tools_sft-")
+    assert {"tools-sft", "tools-sft-notool"} <= set(registered_offline_models())
