@@ -4,6 +4,7 @@
     python -m reasonrl.demo --algo ppo           # PPO with GAE and a critic (~3 min)
     python -m reasonrl.demo --algo both --steps 10
     python -m reasonrl.demo --task code          # small Python functions, unit-test reward (~8 min)
+    python -m reasonrl.demo --task tools         # multiplication with a calculator tool vs without (multi-turn)
 
 1. Warm start (``pretrain=arith-sft``, ``reasonrl.sft.warm_start``): a 5M-parameter Qwen2 fine-tuned by the
    SFT trainer on 2-digit addition to a PARTIAL accuracy (~60%). Built once per machine, cached afterwards.
@@ -20,6 +21,11 @@ x * 3 + 12"``), then GRPO (``playground.code_grpo_cpu``, 32 prompts x 8 samples)
 program against its task's unit tests in the sandbox (the trainer's ``CodeScorer``, by ``data_source: code``), then
 the greedy pass rate on the 200 held-out tasks before -> after, cross-checked with transformers + ``check_programs``,
 and the mean sandbox seconds per step (``time/reward``).
+
+``--task tools`` trains multi-turn tool use (docs/multi_turn.md): the warm start ``tools-sft`` (a short SFT on
+calculator conversations, ``reasonrl.data.tool_tasks``) then GRPO where the model calls the calculator and answers
+(``playground.tools_grpo_cpu``), against the same budget from ``tools-sft-notool`` without the tool; held-out accuracy
+before -> after for both, and the tool calls and errors per step.
 
 ``<ckpt-dir>/demo_<algo>`` (``demo_code_grpo``) and ``logs/demo_<algo>`` are the demo's own folders, replaced by each
 demo run.
@@ -62,6 +68,10 @@ def recipe(algo: str, task: str = "math"):
         from playground.code_grpo_cpu import CodeGRPOCPUConfig
 
         classes = {"grpo": CodeGRPOCPUConfig}
+    elif task in ("tools", "tools-notool"):
+        from playground.tools_grpo_cpu import ToolsGRPOCPUConfig, ToolsNoToolGRPOCPUConfig
+
+        classes = {"grpo": ToolsGRPOCPUConfig if task == "tools" else ToolsNoToolGRPOCPUConfig}
     else:
         from playground.arith_grpo_cpu import ArithGRPOCPUConfig
         from playground.arith_ppo_cpu import ArithPPOCPUConfig
@@ -89,7 +99,7 @@ def run_rl(
     from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
 
     # not the recipe's own name: the demo never touches a user's recipe runs
-    exp_name = f"demo_{algo}" if task == "math" else f"demo_{task}_{algo}"
+    exp_name = f"demo_{algo}" if task == "math" else f"demo_{task.replace('-', '_')}_{algo}"
     cfg = recipe(algo, task)(
         exp_name=exp_name, seed=seed, max_steps=steps, log_dir=log_dir, ckpt_dir=ckpt_dir, resume="none"
     )
@@ -202,9 +212,10 @@ def main(argv=None) -> list[DemoResult]:
     parser = argparse.ArgumentParser(description="reasonrl learning demo: SFT warm start, then RL on CPU")
     parser.add_argument(
         "--task",
-        choices=["math", "code"],
+        choices=["math", "code", "tools"],
         default="math",
-        help="math: 2-digit addition (default); code: small Python functions with unit tests (GRPO only)",
+        help="math: 2-digit addition (default); code: small Python functions with unit tests (GRPO only); tools: "
+        "multiplication with a calculator tool against the same budget without it (GRPO only)",
     )
     parser.add_argument("--algo", choices=["grpo", "ppo", "both"], default="grpo")
     parser.add_argument(
@@ -220,6 +231,10 @@ def main(argv=None) -> list[DemoResult]:
         if args.algo != "grpo":
             parser.error("--task code runs GRPO only (--algo grpo)")
         return main_code(args)
+    if args.task == "tools":
+        if args.algo != "grpo":
+            parser.error("--task tools runs GRPO only (--algo grpo)")
+        return main_tools(args)
     args.steps = args.steps or 30
     from reasonrl.data import load_rows
     from reasonrl.sft.warm_start import ArithWarmStartConfig, warm_start_key, warm_start_path
@@ -257,6 +272,49 @@ def main_code(args) -> list[DemoResult]:
     note = "cached" if cached else f"SFT built in {warm_seconds:.0f} s (curves: {Path(args.log_dir) / cfg.exp_name})"
     print(code_summary(result, check, warm_path, note, time.perf_counter() - start), flush=True)
     return [result]
+
+
+TOOLS_STEPS = 20  # --task tools' default number of RL steps (each run)
+
+
+def main_tools(args) -> list[DemoResult]:
+    """``--task tools``: GRPO with the calculator from ``tools-sft`` and, with the same budget, without a tool from
+    ``tools-sft-notool``; held-out accuracy before -> after for both (the trainer's greedy multi-turn eval)."""
+    from reasonrl.sft.warm_start import tools_notool_warm_start_path, tools_warm_start_path
+
+    start = time.perf_counter()
+    warm = {
+        "tools": tools_warm_start_path(log_dir=args.log_dir),
+        "tools-notool": tools_notool_warm_start_path(log_dir=args.log_dir),
+    }
+    warm_seconds = time.perf_counter() - start
+    steps = args.steps or TOOLS_STEPS
+    runs = {
+        task: run_rl("grpo", task=task, steps=steps, seed=args.seed, log_dir=args.log_dir, ckpt_dir=args.ckpt_dir)
+        for task in warm
+    }
+    print(tools_summary(runs, warm_seconds, time.perf_counter() - start), flush=True)
+    return list(runs.values())
+
+
+def tools_summary(runs: dict[str, DemoResult], warm_seconds: float, total: float) -> str:
+    lines = [
+        "",
+        "reasonrl demo: multi-turn RL with a calculator tool vs the same budget without (200 held-out products)",
+    ]
+    lines.append(f"  warm starts  tools-sft, tools-sft-notool: {warm_seconds:.0f} s (built once, then cached)")
+    for task, r in runs.items():
+        name = "with the calculator" if task == "tools" else "without tools"
+        lines += [
+            f"  GRPO {name}: {r.steps} steps, {r.rl_seconds:.0f} s ({r.mean_step_seconds:.1f} s/step)",
+            f"    held-out accuracy (greedy)   {r.heldout_before:6.1%} -> {r.heldout_after:6.1%}"
+            f"   ({100 * r.gain:+.1f} points)",
+            f"    training reward (T=1)        {r.train_reward_first:6.3f} -> {r.train_reward_last:6.3f}"
+            "   (mean of the first / last 3 steps)",
+            f"    curves: {r.log_dir}/summary.png   final model: {r.final_model}",
+        ]
+    lines.append(f"  total wall time {total:.0f} s")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
