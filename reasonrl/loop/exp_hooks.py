@@ -208,10 +208,12 @@ def build_inputs(exp, tokenizer=None, *, load_tokenizer: Callable[[], Any] | Non
     """
     template, train_rows, eval_sets, tokenizer = _check_data(exp, tokenizer, load_tokenizer)
     cfg = getattr(exp, "cfg", None)
-    if getattr(cfg, "env_fn", None) is not None:  # multi-turn: the environment and the chat template, before Ray
-        from reasonrl.loop.multi_turn import environment_problems
+    if cfg is not None and hasattr(cfg, "env_fn"):  # multi-turn: the environment and the chat template, before Ray
+        from reasonrl.loop.multi_turn import environment_problems, row_env_problems
 
-        problems = environment_problems(cfg.env_fn, cfg.tools, tokenizer)
+        problems = row_env_problems({"train_data": train_rows, **eval_sets}, cfg.env_fn)
+        if cfg.env_fn is not None:
+            problems += environment_problems(cfg.env_fn, cfg.tools, tokenizer)
         if problems:
             raise ConfigError(problems, title="multi-turn rollouts cannot start")
     scorer, close = _check_scorer(exp)

@@ -258,6 +258,22 @@ def environment_problems(env_fn: str, tools: Sequence[str], tokenizer) -> list[s
     return problems
 
 
+def row_env_problems(rows_by_name: dict[str, Sequence[dict]], env_fn: str | None) -> list[str]:
+    """Rows that name an environment (``env``) other than the config's ``env_fn`` (a row cannot pick code to run;
+    it can only say which environment it was written for): one problem per data set, naming its first such row."""
+    problems = []
+    for name, rows in rows_by_name.items():
+        for i, row in enumerate(rows):
+            wanted = row.get("env")
+            if wanted is not None and wanted != env_fn:
+                problems.append(
+                    f"{name} row {i} (id {row.get('id')!r}) names env={wanted!r} but the run has env_fn={env_fn!r}: "
+                    f"set env_fn={wanted!r} or drop the row's env field"
+                )
+                break
+    return problems
+
+
 def _ended_with_eos(episode: Episode, rollout: MultiTurnRollout) -> bool:
     return bool(episode.response) and episode.response[-1] == rollout.tool_tokens.eos_id
 

@@ -179,3 +179,12 @@ def test_a_data_file_that_cannot_be_loaded_is_named_without_a_traceback(tmp_path
     with pytest.raises(HookError) as err:
         build_inputs(exp, tokenizer=None)
     assert len(err.value.problems) == 2 and "missing.jsonl" in err.value.problems[1]
+
+
+def test_rows_naming_another_environment_are_refused():
+    from reasonrl.loop.multi_turn import row_env_problems
+
+    rows = {"train_data": [{"id": "a", "env": "tools"}], "heldout": [{"id": "b"}]}
+    assert row_env_problems(rows, "tools") == []
+    (problem,) = row_env_problems(rows, None)
+    assert "train_data row 0 (id 'a') names env='tools'" in problem and "env_fn=None" in problem
