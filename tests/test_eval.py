@@ -247,3 +247,20 @@ def test_eval_cli_on_the_tiny_model(tmp_path):
     assert {"avg@2", "pass@1", "pass@2", "maj@1", "maj@2"} <= set(summary)
     assert (summary["num_prompts"], summary["num_samples"]) == (8, 16)
     assert "<table>" in (out_dir / "samples.html").read_text()
+
+
+def test_multi_turn_samples_show_each_turn():
+    rows = [{"id": "q0", "question": "12*34?", "answer": "408"}]
+    turns = [
+        {"role": "assistant", "text": '<tool_call>{"name": "calculator"}</tool_call>', "num_tokens": 9},
+        {"role": "tool", "text": "408 <b>", "num_tokens": 4, "cut": False},
+        {"role": "assistant", "text": "\\boxed{408}", "num_tokens": 5},
+    ]
+    c = Completion(0, 0, [1], list(range(18)), "joined", "stop", loss_mask=[True] * 9 + [False] * 4 + [True] * 5)
+    c.turns, c.env_reward = turns, 0.5
+    scored = EvalSet(rows, [c], [RewardResult(1.5, True, "correct", extracted="408")], ["408"])
+    (record,) = generation_records("toy", scored, ["P"])
+    assert [t["role"] for t in record["turns"]] == ["assistant", "tool", "assistant"]
+    assert record["env_reward"] == 0.5 and record["env_error"] is None
+    page = samples_html("t", {"toy": {}}, [record], 10)
+    assert page.count("<b>model</b>") == 2 and page.count("<b>tool</b>") == 1 and "408 &lt;b&gt;" in page
