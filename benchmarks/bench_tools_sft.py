@@ -77,7 +77,7 @@ def accuracy(model_path: str | Path, rows: list[dict], use_tool: bool, batch_siz
         for row, prompt, (ids, ended) in zip(chunk, prompts, first, strict=True):
             text = tok.decode(ids, skip_special_tokens=True)
             calls, _ = parse_tool_calls(text)
-            want = row["question"].removeprefix("What is ").removesuffix("?").replace(" ", "")
+            want = row["question"].removesuffix("=?")
             if len(calls) == 1 and calls[0].name == "calculator":
                 called += calls[0].arguments.get("expression") == want
                 try:

@@ -2,14 +2,14 @@
 
     task = ToolMulTask()
     task.rows("train")[0]
-    # {"id": ..., "messages": [{"role": "user", "content": "What is 4821 * 937?"}], "answer": "4517277",
+    # {"id": ..., "messages": [{"role": "user", "content": "48*93=?"}], "answer": "4464",
     #  "tools": ["calculator"]}
-    tool_trace(4821, 937)      # the conversation a warm start learns: call the calculator, then answer
-    # [user: "What is 4821 * 937?",
-    #  assistant: '<tool_call>\\n{"name": "calculator", "arguments": {"expression": "4821*937"}}\\n</tool_call>',
-    #  tool: "4517277",
-    #  assistant: "The answer is \\boxed{4517277}."]
-    direct_trace(4821, 937)    # the no-tool baseline's: [user, assistant: "The answer is \\boxed{4517277}."]
+    tool_trace(48, 93)      # the conversation a warm start learns: call the calculator, then answer
+    # [user: "48*93=?",
+    #  assistant: '<tool_call>\\n{"name": "calculator", "arguments": {"expression": "48*93"}}\\n</tool_call>',
+    #  tool: "4464",
+    #  assistant: "The answer is \\boxed{4464}."]
+    direct_trace(48, 93)    # the no-tool baseline's: [user, assistant: "The answer is \\boxed{4464}."]
 
 Built-in data sources (registered in :data:`reasonrl.data.arithmetic.GENERATED_DATASETS`, written on first use):
 
@@ -19,11 +19,14 @@ Built-in data sources (registered in :data:`reasonrl.data.arithmetic.GENERATED_D
 | `tool_mul_sft_train` / `_heldout` | the same problems as :func:`tool_trace` conversations (SFT ``tools-sft``)  |
 | `tool_mul_notool_sft_train` / `_heldout` | as :func:`direct_trace` (SFT ``tools-sft-notool``, the baseline)  |
 
-Problems are ``a * b`` with ``a`` of 3 to 4 digits and ``b`` of 2 to 4 digits (digit counts drawn uniformly, then the
-operands), products of 4 to 8 digits: far past what the tiny models compute unaided, one call for the calculator
-(:mod:`reasonrl.agents.calculator`). The held-out split is disjoint from training by construction: an ordered pair
-``(a, b)`` whose hash falls in the held-out bucket (``heldout_frac``) never occurs in training. Every row is a pure
-function of ``(seed, split, index)``.
+Problems are ``a * b`` with two 2-digit operands by default (digit counts drawn uniformly from ``a_digits`` /
+``b_digits``, then the operands), products of 3 to 4 digits: past what the tiny models compute unaided in a short
+SFT, one call for the calculator (:mod:`reasonrl.agents.calculator`). Small operands and the compact question
+``"48*93=?"`` keep the copy short and verbatim: with ``"What is 4821 * 937?"`` (3-4 x 2-4 digits) ``tiny-demo``
+copied no expression in 60-120 SFT steps; with ``"48*93=?"`` a plain-torch probe (batch 32, lr 1e-3) went from 0%
+copied at step 60 to 98% copied / 85% correct at step 120. The held-out split is disjoint from training by
+construction: an ordered pair ``(a, b)`` whose hash falls in the held-out bucket (``heldout_frac``) never occurs in
+training. Every row is a pure function of ``(seed, split, index)``.
 
 The rows are chat rows (a single user turn): with ``prompt_template=chat`` the prompt is exactly
 ``apply_chat_template([user], add_generation_prompt=True)``, the prompt the SFT traces were trained after, with no
@@ -45,7 +48,8 @@ TOOL = "calculator"
 
 
 def question(a: int, b: int) -> str:
-    return f"What is {a} * {b}?"
+    """``"48*93=?"``: the call's expression is a verbatim substring, which the tiny model learns to copy."""
+    return f"{a}*{b}=?"
 
 
 def final_turn(product: int) -> str:
@@ -71,8 +75,8 @@ def direct_trace(a: int, b: int) -> list[dict]:
 class ToolMulTask:
     """``a * b`` with ``a`` of ``a_digits`` and ``b`` of ``b_digits`` digits (inclusive ranges of digit counts)."""
 
-    a_digits: tuple[int, int] = (3, 4)
-    b_digits: tuple[int, int] = (2, 4)
+    a_digits: tuple[int, int] = (2, 2)
+    b_digits: tuple[int, int] = (2, 2)
     train_size: int = 20000
     heldout_size: int = 200
     heldout_frac: float = 0.1

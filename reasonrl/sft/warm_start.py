@@ -33,12 +33,16 @@ from reasonrl.sft.config import SFTConfig
 from reasonrl.utils.paths import cache_root
 
 BUILD_VERSION = 1  # bump when train_sft changes what the same config produces
-# The schedule of tools-sft and tools-sft-notool. NOT YET TUNED to its target (30-70% held-out with the tool):
-# measured on a shared 2-core CPU (benchmarks/bench_tools_sft.py, 200 held-out rows), 60 steps of 64 take 240 s and
-# give 0.0% (the call format is learned, the operands are not copied: '{"expression": "929*755"}'); the baseline
-# 0.0% in 78 s. A plain-torch probe (batch 32, lr 2e-3) first copied an expression at ~300 steps (1% of calls);
-# lr 3e-3 learned slower. Reaching the target likely needs several hundred steps (minutes, not ~2 min, on 2 cores).
-TOOLS_SFT_STEPS = 60
+# The schedule of tools-sft and tools-sft-notool (tiny-demo, batch 32, lr 1e-3 constant after 20 warmup steps), on
+# the default ToolMulTask (2-digit x 2-digit, question "48*93=?"). Measured on a shared 2-core CPU
+# (benchmarks/bench_tools_sft.py, first 100 held-out rows, greedy): the copy of the operands is learned in a sharp
+# transition between ~100 and ~120 steps (train loss 0.20 at 100, 0.14 at 110, 0.03 at 120).
+#   90 steps:  tools-sft 0% (0% of calls copy the expression), build 169 s; tools-sft-notool 0%, build 66 s.
+#   120 steps: tools-sft 73% (94% copied), build 264 s under CPU contention (~1.4-1.8 s/step).
+#   115 steps (this setting): tools-sft 56% (93% copied; the misses copy the tool's result wrong), build 261 s
+#   (~195 s of training at ~1.7 s/step, plus start-up): over the ~150 s goal.
+# The old task (3-4 x 2-4 digits, "What is 4821 * 937?", batch 64): 0% after 60 steps (240 s), nothing copied.
+TOOLS_SFT_STEPS = 115
 
 
 @dataclasses.dataclass
@@ -90,14 +94,14 @@ class CodeWarmStartConfig(ArithWarmStartConfig):
 @dataclasses.dataclass
 class ToolsWarmStartConfig(ArithWarmStartConfig):
     """The SFT run behind ``pretrain=tools-sft``: ``tiny-demo`` on calculator conversations
-    (:mod:`reasonrl.data.tool_tasks`, ``tool_mul_sft_train``): ``"What is 4821 * 937?"`` -> a ``<tool_call>`` of the
-    calculator with ``{"expression": "4821*937"}``, the tool's ``"4517277"`` (masked), ``"The answer is
-    \\boxed{4517277}."``. The loss is on the assistant turns only (``response_field=messages``,
+    (:mod:`reasonrl.data.tool_tasks`, ``tool_mul_sft_train``): ``"48*93=?"`` -> a ``<tool_call>`` of the
+    calculator with ``{"expression": "48*93"}``, the tool's ``"4464"`` (masked), ``"The answer is
+    \\boxed{4464}."``. The loss is on the assistant turns only (``response_field=messages``,
     :mod:`reasonrl.sft.conversation`), and the prompt is the chat template's, as in a multi-turn rollout.
 
     Meant to be short, so that the model calls the tool correctly only part of the time and RL has room; the
-    schedule is not tuned yet (:data:`TOOLS_SFT_STEPS`: measured 0% held-out after 60 steps). Prompts take at most
-    22 tokens of ``tiny-demo``'s tokenizer, conversations 100 (60 of them trained)."""
+    copy of the operands is learned in a sharp transition around 100-120 steps of 32 (:data:`TOOLS_SFT_STEPS`: 0%
+    held-out at 90 steps, 56% at 115, 73% at 120, the no-tool baseline 0%), so the step count sits inside it."""
 
     exp_name: str = "tools_sft"
     train_data: list[str] = dataclasses.field(default_factory=lambda: ["tool_mul_sft_train"])
@@ -107,6 +111,7 @@ class ToolsWarmStartConfig(ArithWarmStartConfig):
     response_field: str = "messages"
     max_prompt_len: int = 32
     max_response_len: int = 128
+    train_batch_size: int = 32
     max_steps: int | None = TOOLS_SFT_STEPS
 
 

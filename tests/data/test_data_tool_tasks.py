@@ -17,7 +17,7 @@ SMALL = ToolMulTask(train_size=3000, heldout_size=100, seed=3)
 
 
 def _pair(row: dict) -> tuple[int, int]:
-    a, b = row["messages"][0]["content"].removeprefix("What is ").removesuffix("?").split(" * ")
+    a, b = row["messages"][0]["content"].removesuffix("=?").split("*")
     return int(a), int(b)
 
 
@@ -27,13 +27,12 @@ def test_rows_are_deterministic_products_in_range_and_heldout_disjoint():
     assert train != ToolMulTask(train_size=3000, seed=4).rows("train")
     for row in train[:500] + heldout:
         a, b = _pair(row)
-        assert 100 <= a <= 9999 and 10 <= b <= 9999 and row["answer"] == str(a * b)
-        assert row["tools"] == ["calculator"] and row["messages"] == [
-            {"role": "user", "content": f"What is {a} * {b}?"}
-        ]
+        assert 10 <= a <= 99 and 10 <= b <= 99 and row["answer"] == str(a * b)
+        assert row["tools"] == ["calculator"] and row["messages"] == [{"role": "user", "content": f"{a}*{b}=?"}]
     assert len({_pair(r) for r in heldout}) == 100, "held-out problems are distinct"
     assert not {_pair(r) for r in heldout} & {_pair(r) for r in train}
-    digits = {len(str(_pair(r)[0])) for r in train} | {len(str(_pair(r)[1])) for r in train}
+    wide = ToolMulTask(a_digits=(3, 4), b_digits=(2, 4), train_size=3000, seed=3).rows("train")
+    digits = {len(str(_pair(r)[0])) for r in wide} | {len(str(_pair(r)[1])) for r in wide}
     assert digits == {2, 3, 4}
     with pytest.raises(ValueError, match="a_digits"):
         ToolMulTask(a_digits=(4, 3))
@@ -46,7 +45,7 @@ def test_builtin_names_load_as_chat_rows_with_their_tools():
     heldout = load_rows("tool_mul_heldout").rows
     assert len(heldout) == 200
     row = heldout[0]
-    assert row["question"].startswith("What is ") and row["tools"] == ["calculator"]
+    assert row["question"].endswith("=?") and row["tools"] == ["calculator"]
     assert row["messages"] == [{"role": "user", "content": row["question"]}]
     assert not {r["question"] for r in heldout} & {r["question"] for r in load_rows("tool_mul_train", limit=3000)}
     traces = load_rows("tool_mul_sft_heldout", keep_reply=True).rows

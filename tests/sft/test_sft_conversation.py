@@ -31,7 +31,7 @@ def test_the_mask_covers_exactly_the_assistant_turns(tiny_tokenizer):
     tok = tiny_tokenizer
     [(prompt, response, mask)], dropped = _encode([_row(tool_trace(4821, 937))], tok)
     assert dropped == 0 and len(mask) == len(response)
-    user = [{"role": "user", "content": "What is 4821 * 937?"}]
+    user = [{"role": "user", "content": "4821*937=?"}]
     assert tok.decode(prompt) == tok.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
     ids = lambda text: tok(text, add_special_tokens=False).input_ids  # noqa: E731
     call, final = ids(CALL + "<|im_end|>"), ids("The answer is \\boxed{4517277}.<|im_end|>")
