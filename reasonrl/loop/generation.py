@@ -11,6 +11,8 @@ there is one.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import threading
 import time
@@ -116,6 +118,27 @@ class Generator:
         self.settings, self.reward_model, self.reward_model_encoder = settings, reward_model, reward_model_encoder
         self._scorer_lock = threading.Lock()
         self.multi_turn = None if settings.multi_turn is None else MultiTurnRollout(settings.multi_turn, tokenizer)
+        # A multi-turn part is many engine calls (pump); it holds its engine's lock from its first call to its last,
+        # so that another rollout's turns, an eval or a weight sync (``engines_held``) never land in between.
+        self._engine_locks: tuple[asyncio.AbstractEventLoop | None, list[asyncio.Lock]] = (None, [])
+
+    def engine_locks(self) -> list[asyncio.Lock]:
+        """One lock per engine, made for the running event loop (an asyncio lock serves one loop; the eval CLI and
+        the tests run one loop after another)."""
+        loop = asyncio.get_running_loop()
+        if self._engine_locks[0] is not loop:
+            self._engine_locks = (loop, [asyncio.Lock() for _ in self.engines])
+        return self._engine_locks[1]
+
+    @contextlib.asynccontextmanager
+    async def engines_held(self):
+        """Wait until no multi-turn rollout runs on any engine and keep it so inside the block (the weight sync:
+        a rollout launched before it finishes on the weights it started with). Single-turn generation is one
+        engine call, ordered by the actor's queue, and never holds a lock."""
+        async with contextlib.AsyncExitStack() as held:
+            for lock in self.engine_locks():
+                await held.enter_async_context(lock)
+            yield
 
     def encode(self, rows: Sequence[dict]) -> list[list[int]]:
         """Prompt token ids (the template's text, tokenized without extra special tokens), cut to max_prompt_len."""
@@ -168,7 +191,8 @@ class Generator:
             if self.multi_turn is not None:
                 rows_here = rows[bounds[e] : bounds[e + 1]]
                 times = env_times if env_times is not None else EnvTimes()
-                parts.append(self.multi_turn.engine_part(engine, rows_here, ids, bounds[e], sampling, times))
+                lock = self.engine_locks()[e]
+                parts.append(self.multi_turn.engine_part(engine, rows_here, ids, bounds[e], sampling, times, lock))
                 continue
             if s.stream_rollout:  # launched now, on every engine at once; read as it comes
                 launched = engine.generate_stream.options(num_returns="streaming").remote(ids, sampling)

@@ -25,6 +25,7 @@ goes on. A hung step's thread cannot be killed: it keeps one worker of the pool 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 import time
@@ -91,9 +92,19 @@ class MultiTurnRollout:
         offset: int,
         sampling,
         times: EnvTimes,
+        lock: asyncio.Lock | None = None,
     ) -> AsyncIterator[list[Completion]]:
         """Run ``sampling.n`` episodes per prompt on ``engine``; yield finished samples as they end, as
-        :class:`Completion` s with ``prompt_index`` counted from ``offset`` (``rows[i]`` is prompt ``i`` here)."""
+        :class:`Completion` s with ``prompt_index`` counted from ``offset`` (``rows[i]`` is prompt ``i`` here).
+
+        ``lock`` (the engine's, ``Generator.engine_locks``) is held from the first turn to the last: the engine's
+        request pump serves one rollout at a time, and a weight sync waits for the rollouts launched before it."""
+        async with lock if lock is not None else contextlib.nullcontext():
+            async with contextlib.aclosing(self._episodes(engine, rows, prompt_ids, offset, sampling, times)) as parts:
+                async for ended in parts:  # closed with this generator: its requests are aborted
+                    yield ended
+
+    async def _episodes(self, engine, rows, prompt_ids, offset, sampling, times) -> AsyncIterator[list[Completion]]:
         n = sampling.n
         episodes: dict[str, tuple[Episode, object, int, int, int]] = {}  # key -> (episode, env, i, j, turn-0 seed)
         ready: list[TurnRequest] = []

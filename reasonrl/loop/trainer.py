@@ -328,14 +328,15 @@ class PPOTrainer:
         scheduler running) -> the end-to-end probe, which generates. Under split placement only the sync runs."""
         if self.probe_ids is None:  # a fixed real prompt: the trainer and every engine must score it identically
             self.probe_ids = self.generator.encode([self.sampler.rows[0]])[0][:64]
-        if self.ahead is not None:  # the engines first finish the rollouts queued before this sync (calls run in
-            await gather_all([engine.ready.remote() for engine in self.roles.engines])  # order): no broadcast waits
-        syncer = self.weight_syncer()
-        await self.phases.enter(Phase.SYNC)
-        report = await syncer.load()
-        self.phases.synced()
-        await self.phases.enter(Phase.GENERATION)
-        await syncer.verify(self.probe_ids, report)
+        async with self.generator.engines_held():  # multi-turn rollouts launched before the sync end first
+            if self.ahead is not None:  # the engines first finish the rollouts queued before this sync (calls run
+                await gather_all([engine.ready.remote() for engine in self.roles.engines])  # in order)
+            syncer = self.weight_syncer()
+            await self.phases.enter(Phase.SYNC)
+            report = await syncer.load()
+            self.phases.synced()
+            await self.phases.enter(Phase.GENERATION)
+            await syncer.verify(self.probe_ids, report)
         return report.as_metrics()
 
     # ================================================================== experience

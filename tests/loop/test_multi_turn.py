@@ -219,3 +219,47 @@ def test_many_seeded_turns_joining_a_running_batch(vllm_engine):
     while len(finished) < 72:
         finished |= dict(ray.get(vllm_engine.pump.remote([], 1.0)))
     assert all(len(c.token_ids) == 8 or c.finish_reason == "stop" for c in finished.values())
+
+
+def test_rollouts_launched_together_take_turns_on_an_engine_and_a_sync_waits_for_them(vllm_engine, tiny_tokenizer):
+    """async_staleness launches the next step's rollout beside this one's, and the weight sync comes while it runs.
+    A multi-turn rollout is many engine calls, so each holds its engine from its first turn to its last: two
+    rollouts launched together each equal their run alone (no turn crosses into the other's episodes), and the
+    sync (``engines_held``), entered after both were launched, starts only when both have ended."""
+    gen = generator(vllm_engine, tiny_tokenizer, ScriptedEnv, budget=64, max_turns=4)
+    kwargs = dict(n=N, temperature=1.0, logprobs=True)
+    alone = [
+        asyncio.run(gen.generate_and_score(ROWS, seed=SEED, **kwargs)).completions,
+        asyncio.run(gen.generate_and_score(ROWS[1:], seed=SEED + 1, **kwargs)).completions,
+    ]
+
+    events = []
+    episodes = gen.multi_turn._episodes
+
+    async def logged_episodes(*args):  # records when each rollout's last engine call has returned
+        async for ended in episodes(*args):
+            yield ended
+        events.append("rollout ended")
+
+    gen.multi_turn._episodes = logged_episodes
+
+    async def together():
+        launched = [
+            asyncio.create_task(gen.generate_and_score(ROWS, seed=SEED, **kwargs)),
+            asyncio.create_task(gen.generate_and_score(ROWS[1:], seed=SEED + 1, **kwargs)),
+        ]
+        lock = gen.engine_locks()[0]
+        while not lock.locked():  # the first rollout runs on the engine ...
+            await asyncio.sleep(0)
+        for _ in range(20):  # ... and the second reached the engine's lock (a few loop turns, no I/O before it)
+            await asyncio.sleep(0)
+        async with gen.engines_held():
+            events.append("sync")
+        return [(await task).completions for task in launched]
+
+    concurrent = asyncio.run(together())
+    assert events == ["rollout ended", "rollout ended", "sync"]
+    for got, expected in zip(concurrent, alone, strict=True):
+        assert [(c.token_ids, c.loss_mask, c.turns) for c in got] == [
+            (c.token_ids, c.loss_mask, c.turns) for c in expected
+        ]
