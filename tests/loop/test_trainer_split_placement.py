@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from reasonrl.loop.lifecycle import ExperimentRunner
 from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
 
 pytestmark = pytest.mark.integration
+SCRIPTED_ENV = f"{Path(__file__).parents[1] / 'fixtures' / 'scripted_env.py'}:Countdown"
 
 
 class _ProbingRunner(ExperimentRunner):
@@ -90,6 +92,8 @@ def _async_config(tmp_path, name: str, **overrides):
         policy_update_steps=2,  # two optimizer steps: the old log-probs come from a forward pass
         forward_chunk_tokens=200,  # several forward chunks per step ...
         stop=["e"],  # ... and samples that end at different steps: the synchronous run streams its forwards
+        env_fn=SCRIPTED_ENV,  # multi-turn: a scripted environment answers each turn (up to 2)
+        max_turns=2,
         eval_data=[],
         eval_before_training=False,
         eval_interval=0,
@@ -101,8 +105,9 @@ def _async_config(tmp_path, name: str, **overrides):
 
 
 def test_async_staleness_one_overlaps_generation_with_training(ray_cluster, tmp_path):
-    """async_staleness=1 under split placement: step s trains on data generated one update earlier (step 1 on the
-    starting weights, like the synchronous loop), the trainer logs the staleness and the wait, vLLM's log-probs are
+    """async_staleness=1 under split placement, on multi-turn samples (a scripted environment answers each turn): step
+    s trains on data generated one update earlier (step 1 on the starting weights, like the synchronous loop), the
+    trainer logs the staleness and the wait, vLLM's log-probs are
     compared with the trainer's for the correction, and the first step equals the synchronous loop's exactly
     (same prompts, seeds and weights: the asynchronous machinery changes nothing but the overlap).
 
@@ -115,6 +120,7 @@ def test_async_staleness_one_overlaps_generation_with_training(ray_cluster, tmp_
     for step in (1, 2, 3):
         assert rows[step]["policy/grad_norm"] > 0 and rows[step]["time/wait_rollout"] >= 0
         assert "policy/rollout_corr/kl_k3" in rows[step]
+        assert rows[step]["multi_turn/turns_mean"] > 1  # the environment answered: observations masked in the loss
     assert rows[1]["policy/rollout_corr/kl_k3"] < 1e-4  # step 1: the engine holds the trained weights exactly
     assert rows[3]["policy/rollout_corr/kl_k3"] > rows[1]["policy/rollout_corr/kl_k3"]  # one update apart
     for step, version in ((1, 0), (2, 0), (3, 1)):  # each dumped sample names the weights that generated it
