@@ -217,3 +217,36 @@ def test_accepts_any_callable_returning_logits(lm):
         response_logprobs(lm, object())
     with pytest.raises(ValueError):
         response_logprobs(lm, batch, temperature=0)
+
+
+def test_a_loss_mask_with_holes_gives_the_same_loss_and_gradients_packed_as_padded(lm):
+    """Multi-turn samples mask tool output inside the response (holes); the worker's loss mask
+    (``ppo_workers._loss_mask``) sits on the response grid, which packing and padding share, so the PPO loss and its
+    gradients are the same in both layouts."""
+    from types import SimpleNamespace
+
+    from reasonrl.algos import get_policy_loss
+    from reasonrl.distributed.ppo_workers import _loss_mask
+
+    holes = [[True, False, True], [True, True, False, False, True, True], [], [False, True]]
+    width = max(len(r) for _, r in SAMPLES)
+    grid = torch.zeros(len(SAMPLES), width, dtype=torch.bool)
+    for i, m in enumerate(holes):
+        grid[i, : len(m)] = torch.tensor(m, dtype=torch.bool)
+    gen = torch.Generator().manual_seed(0)
+    advantages = torch.randn(grid.shape, generator=gen)
+    shift = torch.randn(grid.shape, generator=gen) * 0.05
+    losses, grads = [], []
+    for batch in layouts().values():
+        mask = _loss_mask(batch, SimpleNamespace(action_mask=grid))
+        lm.zero_grad()
+        logprobs, _ = response_logprobs(lm, batch)
+        loss, _ = get_policy_loss("ppo")(
+            logprobs, logprobs.detach() + shift, advantages, mask, clip_low=0.2, clip_high=0.2
+        )
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append(lm.lm_head.weight.grad.clone())
+    lm.zero_grad()
+    assert torch.allclose(losses[0], losses[1], atol=1e-6, rtol=0)
+    assert torch.allclose(grads[0], grads[1], atol=1e-5, rtol=0) and grads[0].abs().sum() > 0
