@@ -5,10 +5,10 @@
 
 One vLLM engine in this process behind a stand-in for its Ray actor handle (``.remote`` runs the method in a thread),
 so both paths pay no Ray overhead. Multi-turn: ``MultiTurnRollout`` with a scripted environment answering every turn
-with a short observation (``max_turns`` turns; the random model's turns end at a stop string, a newline by default). Single-turn:
-the same prompts, ``max_tokens`` = the multi-turn run's mean model tokens per sample, EOS ignored. Prints model tokens
-per second of each, the ratio, and the environment time that was not hidden behind generation. The first call of
-each path is a warm-up.
+with a short observation (``max_turns`` turns; the random model's turns end at a stop string, a newline by default).
+Single-turn: the same prompts, ``max_tokens`` = the multi-turn run's mean model tokens per sample, EOS ignored.
+Prints model tokens per second of each, the ratio, and the environment time that was not hidden behind generation.
+The first call of each path is a warm-up.
 """
 
 from __future__ import annotations
