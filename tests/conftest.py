@@ -137,3 +137,27 @@ def wandb_offline(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_DIR", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     return tmp_path
+
+
+@pytest.fixture
+def short_grpo_demo(tmp_path):
+    """``run(task, steps, margin, what)``: a short GRPO run of ``python -m reasonrl.demo --task <task>`` (seed 0,
+    held-out eval at step 0 and at the end only) that must raise the held-out ``what`` by ``margin``; returns its
+    ``DemoResult``. The learning tests of the code and tools demos."""
+    from reasonrl.demo import run_rl
+
+    def run(task: str, steps: int, margin: float, what: str):
+        logs, ckpt = str(tmp_path / "logs"), str(tmp_path / "ckpt")
+        result = run_rl("grpo", task=task, steps=steps, seed=0, log_dir=logs, ckpt_dir=ckpt, eval_interval=steps)
+        print(
+            f"{task} grpo: held-out {result.heldout_before:.3f} -> {result.heldout_after:.3f} in "
+            f"{result.rl_seconds:.0f} s ({result.mean_step_seconds:.1f} s/step, "
+            f"reward {result.mean_reward_seconds:.1f} s/step)"
+        )
+        assert result.heldout_after >= result.heldout_before + margin, (
+            f"{task} GRPO did not learn: held-out {what} {result.heldout_before:.3f} -> {result.heldout_after:.3f} "
+            f"after {steps} steps (needs +{margin}); curves in {result.log_dir}"
+        )
+        return result
+
+    return run

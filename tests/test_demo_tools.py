@@ -14,8 +14,6 @@ import json
 
 import pytest
 
-from reasonrl.demo import run_rl
-
 pytestmark = pytest.mark.integration
 STEPS = 5
 MARGIN = 0.10  # held-out accuracy points after STEPS steps, over the step-0 value
@@ -29,24 +27,8 @@ def warm_start(ray_cluster, tmp_path_factory):
     return tools_warm_start_path(log_dir=str(tmp_path_factory.mktemp("warm_start_logs")))
 
 
-def test_grpo_with_the_calculator_improves_heldout_accuracy(warm_start, tmp_path):
-    result = run_rl(
-        "grpo",
-        task="tools",
-        steps=STEPS,
-        seed=0,
-        log_dir=str(tmp_path / "logs"),
-        ckpt_dir=str(tmp_path / "ckpt"),
-        eval_interval=STEPS,  # held-out eval at step 0 and at the end only
-    )
-    print(
-        f"tools grpo: held-out {result.heldout_before:.3f} -> {result.heldout_after:.3f} in {result.rl_seconds:.0f} s "
-        f"({result.mean_step_seconds:.1f} s/step)"
-    )
-    assert result.heldout_after >= result.heldout_before + MARGIN, (
-        f"multi-turn GRPO did not learn: held-out accuracy {result.heldout_before:.3f} -> {result.heldout_after:.3f} "
-        f"after {STEPS} steps (needs +{MARGIN}); curves in {result.log_dir}"
-    )
+def test_grpo_with_the_calculator_improves_heldout_accuracy(warm_start, short_grpo_demo):
+    result = short_grpo_demo("tools", STEPS, MARGIN, "accuracy")
     rows = [json.loads(line) for line in (result.log_dir / "metrics.jsonl").read_text().splitlines()]
     calls = [r["multi_turn/tool_calls/calculator"] for r in rows if "multi_turn/tool_calls/calculator" in r]
     assert len(calls) == STEPS and min(calls) > 0  # the policy called the calculator every step
