@@ -118,6 +118,18 @@ class BasePPOExpConfig(DerivedValues):
     reward_pretrain: str | None = _mod(
         None, "reward model folder (needs reward_num_nodes >= 1); None = rule-based reward only"
     )
+    lora_rank: int = _mod(
+        0,
+        "LoRA rank r of the policy's adapters (PEFT; docs/lora.md); 0 = train every weight. With adapters the "
+        "reference is the policy with its adapter switched off (no reference worker, no second copy of the weights)",
+    )
+    lora_alpha: float = _mod(16.0, "LoRA alpha: the adapter's update is scaled by lora_alpha / lora_rank")
+    lora_dropout: float = _mod(0.0, "dropout on the adapters' input while training, in [0, 1)")
+    lora_target_modules: list[str] = _mod(
+        ("all-linear",),
+        "linear layers that get adapters: last parts of module names (q_proj,v_proj or self_attn.o_proj), checked "
+        "against the model before start-up, or all-linear (every linear layer but the output head)",
+    )
 
     # ---------------------------------------------------------------------------------------------- data
     train_data: list[str] = _dat(

@@ -37,6 +37,17 @@ class DerivedValues:
         return self.kl_mode != "none"
 
     @property
+    def use_lora(self) -> bool:
+        """True iff the policy trains LoRA adapters (``lora_rank > 0``) instead of every weight."""
+        return self.lora_rank > 0
+
+    @property
+    def reference_in_policy(self) -> bool:
+        """True iff the reference log-probs come from the policy workers with the adapter switched off (LoRA): no
+        reference role is placed."""
+        return self.use_reference and self.use_lora
+
+    @property
     def use_reward_model(self) -> bool:
         return self.reward_num_nodes > 0
 

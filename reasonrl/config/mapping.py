@@ -19,7 +19,7 @@ def role_resources(cfg: BasePPOExpConfig) -> dict[str, Any]:
 
     return {
         "policy": RoleResources(cfg.policy_num_nodes, cfg.policy_devices_per_node),
-        "ref": role(cfg.use_reference, cfg.ref_num_nodes, cfg.ref_devices_per_node),
+        "ref": role(cfg.use_reference and not cfg.reference_in_policy, cfg.ref_num_nodes, cfg.ref_devices_per_node),
         "critic": role(cfg.use_critic, cfg.critic_num_nodes, cfg.critic_devices_per_node),
         "reward": role(cfg.use_reward_model, cfg.reward_num_nodes, cfg.reward_devices_per_node),
         "vllm": VLLMResources(cfg.vllm_num_engines, cfg.vllm_tensor_parallel_size),
@@ -100,6 +100,13 @@ def worker_config(cfg: BasePPOExpConfig, role: str, *, num_rollout_steps: int | 
         )
         if rollout_steps is not None:
             kwargs["total_steps"] = max(rollout_steps * per_rollout, 1)
+        if role == "policy" and cfg.use_lora:
+            kwargs |= dict(
+                lora_rank=cfg.lora_rank,
+                lora_alpha=cfg.lora_alpha,
+                lora_dropout=cfg.lora_dropout,
+                lora_target_modules=list(cfg.lora_target_modules),
+            )
     kwargs.update(extra)
     # packed only where it saves compute (flash-attention), decided by each worker for the backend it resolved
     kwargs.setdefault("packing", "auto" if cfg.packing_samples else "off")

@@ -64,6 +64,19 @@ class WorkerConfig:
     packing: str = "off"
     pad_token_id: int = 0
     seed: int = 0
+    # LoRA adapters on the policy (reasonrl.models.lora); 0 = every weight trains
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] = dataclasses.field(default_factory=lambda: ["all-linear"])
+
+    def lora_settings(self):
+        from reasonrl.models.lora import LoraSettings
+
+        if not self.lora_rank:
+            return None
+        targets = tuple(self.lora_target_modules)
+        return LoraSettings(self.lora_rank, self.lora_alpha, self.lora_dropout, targets)
 
 
 @dataclasses.dataclass
@@ -257,6 +270,11 @@ class PolicyWorker(_ModelWorker):
             self._train_ds_config(),
             attn_implementation=self.attn_implementation,
         )
+        lora = config.lora_settings()
+        if lora is not None:  # only the adapters train; the adapter switched off is the reference
+            from reasonrl.models.lora import add_adapters
+
+            model = add_adapters(model, lora)
         self._build_trainable(model)
         return sum(p.numel() for p in self.engine.module.parameters())
 
@@ -274,6 +292,17 @@ class PolicyWorker(_ModelWorker):
         A tuple like :meth:`compute_logprobs`'s (no entropy)."""
         logprobs, _ = self.compute_logprobs(shard.samples, temperature)
         return flatten_padded(logprobs, shard.response_lengths), None
+
+    @torch.no_grad()
+    def ragged_ref_logprobs(self, shard: RaggedShard, temperature: float = 1.0) -> tuple[torch.Tensor, None]:
+        """The reference's log-probs (:meth:`ragged_logprobs` with the LoRA adapter switched off: the base model).
+        Collective. Only for a policy with adapters (``lora_rank > 0``)."""
+        from reasonrl.models.lora import adapter_disabled, is_adapted
+
+        if not is_adapted(self.engine.module):
+            raise RuntimeError("ragged_ref_logprobs: this policy has no LoRA adapter (lora_rank=0); use a reference")
+        with adapter_disabled(self.engine.module):
+            return self.ragged_logprobs(shard, temperature)
 
     def update(self, experience: Experience | RaggedShard, cfg: PolicyLossConfig, global_tokens: int, global_seqs: int):
         """One optimizer step over this rank's part of the mini-batch (all micro-batches accumulated). Collective.

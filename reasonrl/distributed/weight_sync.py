@@ -178,19 +178,29 @@ class BucketSender:
     """
 
     def __init__(self, module, rank: int, backend: str):
+        from reasonrl.models.lora import is_adapted, merge_plan
+
         self.module = module
         self.rank = rank
         self.backend = backend  # the policy group's: gloo (CPU) or nccl (GPU)
         self.group = None  # the weight-broadcast group (rank 0 only)
         self.sent: dict[str, Any] = {}  # rank 0: the tensors of this sync, for the sent_weights probe
         self.exporter = BufferExporter()  # ipc: the buffers shared with the engine workers on this rank's device
+        # LoRA: the engines get the base model's names, each adapted weight merged (W + s*B@A) per bucket
+        self.merge = merge_plan(module) if is_adapted(module) else None
 
     def layout(self) -> list[tuple[str, tuple[int, ...], str]]:
         """``(name, full shape, dtype)`` of every parameter in ``named_parameters()`` order (ZeRO-3: the full
-        shape, not the partition's)."""
+        shape, not the partition's); with LoRA, of the base model's parameters (what the engines hold)."""
+        params = dict(self.module.named_parameters())
+        names = {n: n for n in params} if self.merge is None else {n: e.source for n, e in self.merge.items()}
         return [
-            (n, tuple(getattr(p, "ds_shape", p.shape)), str(p.dtype).removeprefix("torch."))
-            for n, p in self.module.named_parameters()
+            (
+                name,
+                tuple(getattr(params[src], "ds_shape", params[src].shape)),
+                str(params[src].dtype).removeprefix("torch."),
+            )
+            for name, src in names.items()
         ]
 
     def join(self, address: str, port: int, world_size: int, timeout_s: float) -> None:
@@ -216,9 +226,14 @@ class BucketSender:
         on_device = (transport == "broadcast" and self.backend == "nccl") or (sharing and self.backend == "nccl")
         device = next(self.module.parameters()).device if on_device else "cpu"
         rank0_only = not (transport == "ipc" and share_ranks > 1)  # ipc: every sharing rank needs the full bucket
-        tensors, gather_s = timed(ds.gather_params, self.module, list(names), rank0_only=rank0_only, device=device)
+        sources = list(names) if self.merge is None else [s for n in names for s in self.merge[n].sources]
+        tensors, gather_s = timed(ds.gather_params, self.module, sources, rank0_only=rank0_only, device=device)
         if self.rank != 0 and not sharing:
             return None
+        if self.merge is not None:  # the bucket's adapted weights merged; the trainer's W is never changed
+            from reasonrl.models.lora import merged_tensors
+
+            tensors = merged_tensors(self.merge, names, tensors)
         named = list(tensors.items())
         start = time.perf_counter()
         ref = handles = None
@@ -261,9 +276,12 @@ class BucketSender:
             return None
         if not self.sent:
             raise RuntimeError("sent_probe_logprobs: this sync kept no weights (send_bucket with KeepSent.NEW first)")
-        buffers = {n: b.detach().cpu() for n, b in self.module.named_buffers()}  # never partitioned
+        from reasonrl.models.lora import base_name
+
+        base = self.module.get_base_model() if self.merge is not None else self.module
+        buffers = {base_name(n): b.detach().cpu() for n, b in self.module.named_buffers()}  # never partitioned
         with ds.no_zero3_init():
-            model = model_from_tensors(self.module.config, self.sent, buffers, attn_implementation="sdpa")
+            model = model_from_tensors(base.config, self.sent, buffers, attn_implementation="sdpa")
         self.sent = {}
         return sequence_logprobs(model, list(probe_ids))
 

@@ -181,6 +181,7 @@ class ForwardSettings:
     reuses_current_logprobs: bool = False  # no old-log-prob forward: the update takes its own log-probs
     colocate_all: bool = False  # the roles share the devices: one forward at a time
     rollout_correction: str = "off"  # not "off": the experience carries the engines' log-probs
+    reference_in_policy: bool = False  # LoRA: the reference is the policy with its adapter switched off
 
     @classmethod
     def from_config(cls, cfg, policy_world_size: int) -> ForwardSettings:
@@ -190,6 +191,7 @@ class ForwardSettings:
             reuses_current_logprobs=cfg.reuses_current_logprobs,
             colocate_all=cfg.colocate_all,
             rollout_correction=cfg.rollout_correction,
+            reference_in_policy=cfg.reference_in_policy,
         )
 
 
@@ -198,7 +200,8 @@ class StepForwards:
     policy's old log-probs, chunk by chunk, into the step's :class:`Experience`.
 
     Args:
-        policy, ref, critic: the role worker groups (``ref`` / ``critic`` None when the role is disabled).
+        policy, ref, critic: the role worker groups (``ref`` / ``critic`` None when the role is disabled; with
+            ``settings.reference_in_policy`` the policy group computes the reference's log-probs).
         settings: the config values the forwards read.
     """
 
@@ -241,7 +244,9 @@ class StepForwards:
         calls = {}  # role -> (group, method, args)
         if not s.reuses_current_logprobs:  # else the update takes its own log-probs
             calls["policy"] = (self.policy, "ragged_logprobs", (s.temperature,))
-        if self.ref is not None:
+        if s.reference_in_policy:  # LoRA: the base model is the policy with its adapter switched off
+            calls["ref"] = (self.policy, "ragged_ref_logprobs", (s.temperature,))
+        elif self.ref is not None:
             calls["ref"] = (self.ref, "ragged_logprobs", (s.temperature,))
         if self.critic is not None:
             calls["critic"] = (self.critic, "ragged_values", ())
