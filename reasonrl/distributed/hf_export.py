@@ -31,11 +31,23 @@ def _nbytes(tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
-def hf_save_entries(module) -> list[tuple[str, str, Any]]:
+def lora_merge(module) -> tuple[Any, dict | None]:
+    """``(model to export, merge plan)``: a PEFT-adapted policy is exported as its base model with every adapted
+    weight merged (``W + s*B@A``, :mod:`reasonrl.models.lora`), a plain model as it is (plan None)."""
+    from reasonrl.models.lora import is_adapted, merge_plan
+
+    if not is_adapted(module):
+        return module, None
+    base = module.get_base_model()  # the Hugging Face model, with PEFT's layers inside
+    return base, merge_plan(base)
+
+
+def hf_save_entries(module, merge: dict | None = None) -> list[tuple[str, str, Any]]:
     """What ``save_pretrained`` would write, without gathering anything: ``(saved name, source name, meta)``
     where ``meta`` is a meta-device tensor of the full shape and dtype.
 
-    Source names are the ``named_parameters()`` names (each tensor gathered once) or persistent buffer names. The
+    Source names are the ``named_parameters()`` names (each tensor gathered once) or persistent buffer names; with
+    a LoRA ``merge`` plan (:func:`lora_merge`), the base model's names, each computed from its plan's sources. The
     saved names come from transformers' own rules, applied to meta placeholders of the full shapes
     (``ds_shape`` under ZeRO-3): ``_keys_to_ignore_on_save`` is dropped and of tied weights (one tensor under
     several names, e.g. ``lm_head.weight`` = ``model.embed_tokens.weight`` with ``tie_word_embeddings``) only the
@@ -47,7 +59,12 @@ def hf_save_entries(module) -> list[tuple[str, str, Any]]:
     source_of: dict[str, str] = {}  # every parameter name (tied aliases included) -> its named_parameters() name
     first_name: dict[int, str] = {}
     placeholders: dict[str, torch.Tensor] = {}
-    for name, param in module.named_parameters(remove_duplicate=False):
+    if merge is None:
+        named = [(name, param) for name, param in module.named_parameters(remove_duplicate=False)]
+    else:
+        params = dict(module.named_parameters())
+        named = [(name, params[entry.source]) for name, entry in merge.items()]
+    for name, param in named:
         source_of[name] = first_name.setdefault(id(param), name)
         placeholders[name] = torch.empty(
             tuple(getattr(param, "ds_shape", param.shape)), dtype=param.dtype, device="meta"
@@ -62,20 +79,31 @@ def hf_save_entries(module) -> list[tuple[str, str, Any]]:
     return [(name, source_of[name], meta) for name, meta in kept.items()]
 
 
-def gather_for_export(module, entries: list[tuple[str, str, Any]], bucket_bytes: int) -> dict[str, Any]:
+def gather_for_export(
+    module, entries: list[tuple[str, str, Any]], bucket_bytes: int, merge: dict | None = None
+) -> dict[str, Any]:
     """Full tensors of one export shard, ``{saved name: CPU tensor}`` on rank 0 and ``{}`` elsewhere.
 
     Collective: parameters are all-gathered in buckets of <= ``bucket_bytes`` (:func:`gather_params`); buffers
     are never partitioned and are copied locally. A tensor saved under two names gets a copy for the second
-    (safetensors refuses aliased tensors).
+    (safetensors refuses aliased tensors). With a LoRA ``merge`` plan each source is gathered with its adapter and
+    merged on rank 0.
     """
+    from reasonrl.models.lora import merged_tensors
+
     buffers = set(persistent_buffer_names(module))
-    params = [(source, _nbytes(meta)) for _, source, meta in entries if source not in buffers]
+    sizes = {n: getattr(p, "ds_numel", p.numel()) * p.element_size() for n, p in module.named_parameters()}
+    params = []
+    for _, source, meta in entries:
+        if source not in buffers:
+            params += [(source, _nbytes(meta))] if merge is None else [(n, sizes[n]) for n in merge[source].sources]
     gathered: dict[str, Any] = {}
     for names in split_by_size(list(dict(params).items()), bucket_bytes):
         gathered.update(gather_params(module, names, rank0_only=True))
     if _rank() != 0:
         return {}
+    if merge is not None:
+        gathered = merged_tensors(merge, [source for _, source, _ in entries if source not in buffers], gathered)
     out: dict[str, Any] = {}
     used: set[str] = set()
     for saved, source, _ in entries:
@@ -183,18 +211,19 @@ def export_hf(
     of the same size), because ``save_fn`` takes one state dict. Errors raise (on rank 0 after the last gather, so
     the other ranks are not left waiting in a collective); the caller makes the directory atomic.
     """
-    module = getattr(engine_or_module, "module", engine_or_module)
+    module, merge = lora_merge(getattr(engine_or_module, "module", engine_or_module))  # LoRA: merged, base names
     require_field(max_shard_bytes > 0, "max_shard_bytes", f"must be > 0, got {max_shard_bytes!r}")
     require_field(bucket_bytes > 0, "bucket_bytes", f"must be > 0, got {bucket_bytes!r}")
     out = Path(out_dir)
     if save_fn is not None:
+        require_field(merge is None, "export_hf", "save_fn exports (the critic) take no LoRA adapters")
         state = gather_full_state_dict(module, rank0_only=True, bucket_bytes=bucket_bytes)
         if state is None:
             return None
         out.mkdir(parents=True, exist_ok=True)
         save_fn(module, out, state)
     else:
-        if not _write_hf_weights(module, out, max_shard_bytes, bucket_bytes):
+        if not _write_hf_weights(module, out, max_shard_bytes, bucket_bytes, merge):
             return None
         save_hf_config(module, out)
     if tokenizer is not None:
@@ -202,7 +231,7 @@ def export_hf(
     return out
 
 
-def _write_hf_weights(module, out: Path, max_shard_bytes: int, bucket_bytes: int) -> bool:
+def _write_hf_weights(module, out: Path, max_shard_bytes: int, bucket_bytes: int, merge: dict | None) -> bool:
     """The streaming part of :func:`export_hf` (collective). Returns whether this rank wrote (rank 0)."""
     from transformers.core_model_loading import revert_weight_conversion
 
@@ -211,11 +240,11 @@ def _write_hf_weights(module, out: Path, max_shard_bytes: int, bucket_bytes: int
         "export_hf",
         "PEFT adapters and quantized models are not supported by the streaming export",
     )
-    entries = hf_save_entries(module)
+    entries = hf_save_entries(module, merge)
     shards = split_by_size([(entry, _nbytes(entry[2])) for entry in entries], max_shard_bytes)
     writer = _ShardWriter(module, out, len(shards)) if _rank() == 0 else None
     for index, shard in enumerate(shards):
-        tensors = gather_for_export(module, shard, bucket_bytes)
+        tensors = gather_for_export(module, shard, bucket_bytes, merge)
         if writer is not None:
             writer.write(index, tensors)
         del tensors

@@ -1,7 +1,7 @@
 """LoRA on the real stack: a 2-rank ZeRO-3 policy with PEFT adapters over gloo. Its reference (the adapter switched
 off) is the base model, before and after training; an update trains the adapters only; the merged weight sync
 (W + s*B@A per bucket, base names) passes the exact check and the probe, and the engine then scores like the
-adapted policy."""
+adapted policy; the HF export is the merged model under the base names."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def plain_logprobs(model, samples) -> torch.Tensor:
         return response_logprobs(model, pad_batch(samples, 0))[0]
 
 
-def test_lora_policy_reference_update_and_merged_sync(ray_cluster, vllm_engine, tiny_model_dir):
+def test_lora_policy_reference_update_merged_sync_and_export(ray_cluster, vllm_engine, tiny_model_dir, tmp_path):
     config = WorkerConfig(
         model_path=str(tiny_model_dir), lr=5e-3, max_tokens_per_micro_batch=20, lora_rank=8, lora_alpha=16
     )
@@ -107,6 +107,12 @@ def test_lora_policy_reference_update_and_merged_sync(ray_cluster, vllm_engine, 
             Experience([(probe[:1], probe[1:])], torch.ones(1, len(probe) - 1, dtype=torch.bool)),
         )
         assert (engine_probe - policy_probe[0]).abs().max() < 1e-4  # ... for the adapted policy
+
+        # the HF export is the merged model: a plain folder that transformers loads, scoring like the policy
+        (written,) = [p for p in policy.call("export_hf", str(tmp_path / "policy_hf")) if p is not None]
+        exported = AutoModelForCausalLM.from_pretrained(written, dtype=torch.float32).eval()
+        assert sorted(exported.state_dict()) == sorted(base.state_dict())
+        assert (plain_logprobs(exported, samples) - new).abs()[mask].max() < 1e-4
     finally:
         load_weights(vllm_engine, original.items())  # the engine is shared: restore it
         policy.kill()
