@@ -126,9 +126,9 @@ class BasePPOExpConfig(DerivedValues):
     lora_alpha: float = _mod(16.0, "LoRA alpha: the adapter's update is scaled by lora_alpha / lora_rank")
     lora_dropout: float = _mod(0.0, "dropout on the adapters' input while training, in [0, 1)")
     lora_target_modules: list[str] = _mod(
-        ("all-linear",),
-        "linear layers that get adapters: last parts of module names (q_proj,v_proj or self_attn.o_proj), checked "
-        "against the model before start-up, or all-linear (every linear layer but the output head)",
+        doc="linear layers that get adapters: last parts of module names (q_proj,v_proj or self_attn.o_proj), "
+        "checked against the model before start-up, or all-linear (every linear layer but the output head)",
+        factory=lambda: ["all-linear"],
     )
 
     # ---------------------------------------------------------------------------------------------- data

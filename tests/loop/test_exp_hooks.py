@@ -188,3 +188,23 @@ def test_rows_naming_another_environment_are_refused():
     assert row_env_problems(rows, "tools") == []
     (problem,) = row_env_problems(rows, None)
     assert "train_data row 0 (id 'a') names env='tools'" in problem and "env_fn=None" in problem
+
+
+def test_lora_targets_that_match_nothing_are_refused_before_ray(tiny_model_dir):
+    """Checked on a meta-device model built from the folder's config (no weights read, no Ray)."""
+    from reasonrl.loop.exp_hooks import lora_problems
+
+    exp = FakeExp()
+    exp.cfg = SimpleNamespace(
+        rollout_batch_size=4,
+        train_data=["my.jsonl"],
+        use_lora=True,
+        pretrain=str(tiny_model_dir),
+        resolve_model_path=lambda path: path,
+        lora_target_modules=["q_proj", "c_attn"],
+    )
+    with pytest.raises(ConfigError) as err:
+        build_inputs(exp, tokenizer=object())
+    assert "'c_attn' matches no linear layer" in str(err.value) and "pretrain=" in str(err.value)
+    assert exp.scorer_builds == 0  # refused before the scorer (and Ray) start
+    assert lora_problems(str(tiny_model_dir), ["all-linear"]) == []
