@@ -41,4 +41,5 @@ def setup_from_config(cfg: BasePPOExpConfig, model: ModelShape | None = None, de
         colocate_all=cfg.colocate_all,
         sync_bucket_mb=cfg.sync_bucket_mb,
         device_bytes=device_bytes or memory_model.DEVICE_BYTES,
+        lora_rank=cfg.lora_rank,
     )

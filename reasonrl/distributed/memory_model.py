@@ -71,6 +71,14 @@ class ModelShape:
         kv = h // self.num_attention_heads * self.num_key_value_heads
         return (h * h + h) + 2 * (h * kv + kv) + h * h + 3 * h * self.intermediate_size + 2 * h
 
+    def lora_params(self, rank: int) -> int:
+        """Adapter parameters at rank ``r`` on every linear layer (``all-linear``; an upper bound for fewer targets):
+        ``r (in + out)`` per layer for q, k, v, o, gate, up and down."""
+        h, i = self.hidden_size, self.intermediate_size
+        kv = h // self.num_attention_heads * self.num_key_value_heads
+        per_layer = (h + h) + 2 * (h + kv) + (h + h) + 2 * (h + i) + (i + h)
+        return rank * per_layer * self.num_hidden_layers
+
     @property
     def num_params(self) -> int:
         """Embedding + layers + final norm (+ output head when not tied)."""
@@ -112,6 +120,7 @@ class Setup:
     colocate_all: bool = True
     sync_bucket_mb: int = 256
     device_bytes: int = DEVICE_BYTES
+    lora_rank: int = 0  # > 0: the policy trains adapters only (gradients and optimizer states of those)
 
 
 # ---------------------------------------------------------------------- components (bytes on one device)
@@ -127,11 +136,12 @@ def param_bytes(s: Setup, dp: int, *, offloaded: bool = False) -> int:
     return full // dp if s.zero_stage == 3 else full
 
 
-def train_state_bytes(s: Setup, dp: int) -> int:
-    """Gradients (fp32, partitioned at ZeRO >= 2) + fp32 master weights and Adam m, v (partitioned at ZeRO >= 1)."""
+def train_state_bytes(s: Setup, dp: int, *, lora: bool = False) -> int:
+    """Gradients (fp32, partitioned at ZeRO >= 2) + fp32 master weights and Adam m, v (partitioned at ZeRO >= 1),
+    of the trained parameters: every one, or the adapters only (``lora``: the policy with ``lora_rank > 0``)."""
     if dp == 0:
         return 0
-    p = s.model.num_params
+    p = s.model.lora_params(s.lora_rank) if lora and s.lora_rank else s.model.num_params
     grads = 4 * p // dp if s.zero_stage >= 2 else 4 * p
     optim = 0 if s.optimizer_offload else (12 if s.bf16 else 8) * p
     optim = optim // dp if s.zero_stage >= 1 else optim
@@ -197,7 +207,9 @@ def colocated_phase_bytes(s: Setup) -> dict[Phase, dict[str, int]]:
     )
     parts = {
         "policy_params": params,
-        "train_states": sum(train_state_bytes(s, dp) for dp, trains, _ in roles.values() if trains),
+        "train_states": sum(
+            train_state_bytes(s, dp, lora=name == "policy") for name, (dp, trains, _) in roles.items() if trains
+        ),
         "activations": gather_bytes(s) + max(activation_bytes(s, trains=t, logits=lg) for _, t, lg in roles.values()),
         "vllm_weights": vllm_weight_bytes(s),
         "vllm_kv_cache": vllm_budget_bytes(s) - vllm_weight_bytes(s),
@@ -213,7 +225,7 @@ def split_device_bytes(s: Setup) -> dict[str, dict[str, int]]:
     for name, (dp, trains, logits) in _roles(s).items():
         out[name] = {
             "params": param_bytes(s, dp, offloaded=not trains and s.ref_offload_params),
-            "train_states": train_state_bytes(s, dp) if trains else 0,
+            "train_states": train_state_bytes(s, dp, lora=name == "policy") if trains else 0,
             "activations": gather_bytes(s) + activation_bytes(s, trains=trains, logits=logits),
         }
         if name == "policy":

@@ -56,3 +56,35 @@ def test_a_recipe_that_does_not_fit_is_reported():
     s = mm.Setup(model=mm.QWEN25["Qwen/Qwen2.5-32B"], policy_dp=1, gradient_checkpointing=False)
     assert not mm.fits(s)
     assert "DOES NOT FIT" in mm.format_table("too_big", s)
+
+
+def test_lora_counts_the_adapters_peft_adds_and_trains_only_those():
+    """``lora_params`` against PEFT on a meta Qwen2 of 7B's layer shape (2 layers, all-linear, rank 32), and the
+    policy's training states shrink to the adapters' while the critic's do not."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from reasonrl.models.lora import LoraSettings, add_adapters
+
+    shape = mm.QWEN25["Qwen/Qwen2.5-7B"]
+    two_layers = dataclasses.replace(shape, num_hidden_layers=2)
+    config = Qwen2Config(
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=2,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        vocab_size=shape.vocab_size,
+        tie_word_embeddings=False,
+    )
+    with torch.device("meta"):
+        model = add_adapters(AutoModelForCausalLM.from_config(config), LoraSettings(rank=32, alpha=64))
+    peft_count = sum(p.numel() for n, p in model.named_parameters() if p.requires_grad)
+    assert two_layers.lora_params(32) == peft_count
+    assert shape.lora_params(32) / shape.num_params == pytest.approx(0.0106, abs=1e-4)  # ~1% of 7B at rank 32
+
+    full = mm.Setup(model=shape, policy_dp=8, critic_dp=8)
+    lora = dataclasses.replace(full, lora_rank=32)
+    assert mm.train_state_bytes(lora, 8, lora=True) == 16 * shape.lora_params(32) // 8
+    assert mm.train_state_bytes(lora, 8) == mm.train_state_bytes(full, 8)  # the critic trains every weight
+    assert mm.split_device_bytes(lora)["policy"]["train_states"] < mm.split_device_bytes(full)["policy"]["train_states"]
