@@ -125,6 +125,12 @@ class BasePPOExpConfig(DerivedValues):
     )
     lora_alpha: float = _mod(16.0, "LoRA alpha: the adapter's update is scaled by lora_alpha / lora_rank")
     lora_dropout: float = _mod(0.0, "dropout on the adapters' input while training, in [0, 1)")
+    lora_sync: str = _mod(
+        "merged",
+        "how a LoRA policy reaches vLLM: merged (each bucket sends W + (alpha/r)*B@A under the base names; the "
+        "engines serve a plain model) or adapter (the engines keep the base model and each sync sends the adapter "
+        "only, through vLLM's LoRA support: ~1% of the bytes at rank 32 on 7B, generation somewhat slower)",
+    )
     lora_target_modules: list[str] = _mod(
         doc="linear layers that get adapters: last parts of module names (q_proj,v_proj or self_attn.o_proj), "
         "checked against the model before start-up, or all-linear (every linear layer but the output head)",

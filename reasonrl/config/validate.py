@@ -422,6 +422,12 @@ def _check_ranges(cfg: BasePPOExpConfig) -> list[str]:
     need("lora_alpha", not v.use_lora or v.lora_alpha > 0, "must be > 0 (typical: 2 x lora_rank)")
     need("lora_dropout", 0 <= v.lora_dropout < 1, "must be in [0, 1)")
     need("lora_target_modules", not v.use_lora or len(v.lora_target_modules) > 0, "must name at least one layer")
+    need("lora_sync", v.lora_sync in ("merged", "adapter"), "must be 'merged' or 'adapter'")
+    need(
+        "lora_sync",
+        v.lora_sync != "adapter" or 0 < v.lora_rank <= 512,
+        "adapter needs LoRA adapters on the policy (lora_rank between 1 and 512, the ranks vLLM serves)",
+    )
     need("max_observation_tokens", v.max_observation_tokens >= 8, "must be >= 8 tokens")
     need("env_step_timeout_s", v.env_step_timeout_s > 0, "must be > 0 seconds")
     need("env_fn", v.env_fn is None or v.env_fn.strip() != "", "must be 'tools', file.py:Name, module:Name or none")

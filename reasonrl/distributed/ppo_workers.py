@@ -410,9 +410,35 @@ class PolicyWorker(_ModelWorker):
         return ds.gather_full_state_dict(self.engine.module)
 
     def export_hf(self, out_dir: str) -> str | None:
-        """Write the full policy as a Hugging Face folder (rank 0 writes; collective gather)."""
+        """Write the full policy as a Hugging Face folder (rank 0 writes; collective gather). With LoRA: the merged
+        model under the base names."""
         path = hf_export.export_hf(self.engine, out_dir)
         return None if path is None else str(path)
+
+    def adapter_files(self) -> dict[str, Any] | None:
+        """LoRA adapter-only sync: the adapter as PEFT saves it, ``{"files": {file name: bytes}, "tensors": n}`` on
+        rank 0 (None elsewhere). Collective: gathers the adapter only (~1% of the model at rank 32 on 7B)."""
+        import tempfile
+        from pathlib import Path
+
+        with tempfile.TemporaryDirectory(prefix="reasonrl-adapter-") as folder:
+            if self.export_adapter(folder) is None:
+                return None
+            files = {p.name: p.read_bytes() for p in Path(folder).iterdir() if p.name.startswith("adapter_")}
+        from reasonrl.models.lora import adapter_param_names
+
+        return {"files": files, "tensors": len(adapter_param_names(self.engine.module))}
+
+    def export_adapter(self, out_dir: str) -> str | None:
+        """LoRA: write the adapter alone, as PEFT saves it (rank 0 writes; collective gather of the adapter only)."""
+        from reasonrl.models.lora import adapter_param_names, save_adapter
+
+        module = self.engine.module
+        tensors = ds.gather_params(module, adapter_param_names(module), rank0_only=True)
+        if self.rank != 0:
+            return None
+        save_adapter(module, tensors, out_dir)
+        return out_dir
 
 
 class ReferenceWorker(_ModelWorker):

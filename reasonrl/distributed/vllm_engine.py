@@ -17,8 +17,10 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
+import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from loguru import logger
@@ -29,6 +31,8 @@ from reasonrl.distributed.platform import apply_runtime_env, placed_device
 from reasonrl.distributed.vllm_worker_extension import WeightBroadcastReceiver
 from reasonrl.utils.hub import local_model_folder
 from reasonrl.utils.worker_logs import install_worker_log_sink
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks
 
 
 @dataclasses.dataclass
@@ -70,11 +74,17 @@ class VLLMEngine:
         enforce_eager: bool | None = None,
         enable_sleep_mode: bool | None = None,
         processed_logprobs: bool = False,
+        lora_rank: int = 0,
+        lora_versions: int = 1,
         extra_engine_kwargs: dict[str, Any] | None = None,
     ):
         """``processed_logprobs``: sampled-token log-probs after temperature (and top-k / top-p), i.e. of the
         distribution the token was drawn from, as the trainer recomputes it (rollout-policy correction); off, vLLM
-        returns the raw model's log-probs (its default: its processed mode skips the fastest GPU sampler)."""
+        returns the raw model's log-probs (its default: its processed mode skips the fastest GPU sampler).
+
+        ``lora_rank > 0``: adapter-only weight sync (``lora_sync=adapter``). The engine serves the base model it
+        loaded and the policy's adapter of each sync (:meth:`load_adapter`, vLLM's LoRA support), keeping the last
+        ``lora_versions`` adapters registered (rollouts of an older policy version may still run)."""
         apply_runtime_env()  # before vllm is imported: CPU KV-cache size, in-process engine on CPU, ...
         install_worker_log_sink(type(self).__name__)  # WARNING+ lines into the run's train.log
         from vllm import LLM
@@ -108,6 +118,11 @@ class VLLMEngine:
         kwargs["worker_extension_cls"] = f"{WeightBroadcastReceiver.__module__}.{WeightBroadcastReceiver.__qualname__}"
         if processed_logprobs:
             kwargs["logprobs_mode"] = "processed_logprobs"
+        if lora_rank:
+            kwargs |= dict(enable_lora=True, max_lora_rank=vllm_lora_rank(lora_rank), max_loras=lora_versions)
+        self.lora_versions = max(lora_versions, 1)
+        self.lora_requests: list[Any] = []  # registered adapters, oldest first; the last one serves new requests
+        self._adapter_root: str | None = None  # this engine's adapter folders (load_adapter), removed at shutdown
         kwargs |= extra_engine_kwargs or {}
         start = time.perf_counter()
         self.llm = LLM(**kwargs)
@@ -159,7 +174,9 @@ class VLLMEngine:
                     seed = None if sampling.seed is None else sampling.seed + i * sampling.n + j
                     request_id = f"reasonrl-{self._requests_started}"
                     self._requests_started += 1
-                    engine.add_request(request_id, engine_input, _sampling_params(sampling, seed))
+                    engine.add_request(
+                        request_id, engine_input, _sampling_params(sampling, seed), lora_request=self.lora_request
+                    )
                     running[request_id] = (i, j)
             while running and engine.has_unfinished_requests():
                 finished = [out for out in engine.step() if out.finished]
@@ -192,7 +209,8 @@ class VLLMEngine:
             request_id = f"reasonrl-{self._requests_started}"
             self._requests_started += 1
             try:
-                engine.add_request(request_id, engine_input, _sampling_params(request.sampling, request.sampling.seed))
+                params = _sampling_params(request.sampling, request.sampling.seed)
+                engine.add_request(request_id, engine_input, params, lora_request=self.lora_request)
             except Exception:
                 self.abort_pumped()
                 raise
@@ -228,10 +246,42 @@ class VLLMEngine:
 
         self.residency.check_generate("prompt_logprobs")
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)  # vLLM skips the prefix cache itself
-        (request,) = self.llm.generate([{"prompt_token_ids": list(token_ids)}], params, use_tqdm=False)
+        prompts = [{"prompt_token_ids": list(token_ids)}]
+        (request,) = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self.lora_request)
         return [float(request.prompt_logprobs[t][tok].logprob) for t, tok in enumerate(token_ids) if t > 0]
 
     # ---------------------------------------------------------------- weights
+    @property
+    def lora_request(self):
+        """The adapter new requests are served with (the latest :meth:`load_adapter`), None for the plain model."""
+        return self.lora_requests[-1] if self.lora_requests else None
+
+    def load_adapter(self, version: int, files: Mapping[str, bytes]) -> list[int]:
+        """Adapter-only sync: register the policy's adapter ``version`` (PEFT's files, ``adapter_config.json`` and
+        ``adapter_model.safetensors``, as the policy saved them) with vLLM's LoRA support, written to a folder of
+        this engine's node; new requests use it. Adapters beyond the last ``lora_versions`` are removed. Returns
+        the adapter ids now registered."""
+        import tempfile
+
+        from vllm.lora.request import LoRARequest
+
+        self.residency.check_load("load_adapter")
+        if self._adapter_root is None:
+            self._adapter_root = tempfile.mkdtemp(prefix="reasonrl-lora-")
+        folder = Path(self._adapter_root) / f"v{version}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, data in files.items():
+            (folder / Path(name).name).write_bytes(data)
+        request = LoRARequest(f"reasonrl-policy-v{version}", version, str(folder), load_inplace=True)
+        if not self.llm.llm_engine.add_lora(request):
+            raise RuntimeError(f"load_adapter: vLLM did not register the adapter of version {version} ({folder})")
+        self.lora_requests = [r for r in self.lora_requests if r.lora_int_id != version] + [request]
+        while len(self.lora_requests) > self.lora_versions:
+            old = self.lora_requests.pop(0)
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+        return sorted(self.llm.llm_engine.list_loras())
+
     def load_packed(self, layout, buffers: Sequence[Any]) -> int:
         """Load a bucket in ``sync_group`` wire format (``layout`` + one flat buffer per dtype) in place, through the
         worker extension (``reasonrl_load_packed``: vLLM's ``reload_weights``): as tensors in-process, as raw bytes
@@ -315,6 +365,9 @@ class VLLMEngine:
         process next (a Ray actor at the end of a run), so an in-process engine, which owns nothing outside the
         process, is left to die with it (its orderly shutdown costs ~1.5 s on CPU).
         """
+        if getattr(self, "_adapter_root", None) is not None:
+            shutil.rmtree(self._adapter_root, ignore_errors=True)
+            self._adapter_root = None
         llm = getattr(self, "llm", None)
         if llm is None or (process_exits and self.in_process):
             return
@@ -323,6 +376,14 @@ class VLLMEngine:
             engine_core.shutdown()
         del self.llm
         gc.collect()
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds ``rank`` (vLLM takes 1, 8, 16, 32, ..., 512)."""
+    for allowed in VLLM_LORA_RANKS:
+        if rank <= allowed:
+            return allowed
+    raise ValueError(f"lora_rank={rank}: vLLM serves adapters of rank <= {VLLM_LORA_RANKS[-1]}")
 
 
 def _sampling_params(sampling: SamplingConfig, seed: int | None):

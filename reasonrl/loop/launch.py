@@ -231,6 +231,9 @@ def start_vllm_engines(cfg: BasePPOExpConfig, placement, stack: contextlib.ExitS
         enable_sleep_mode=cfg.vllm_enable_sleep,
         processed_logprobs=cfg.rollout_correction != "off",  # log-probs after temperature, as the trainer's
         seed=cfg.seed,
+        # LoRA, adapter-only sync: vLLM's LoRA support, the adapters of the versions still generating registered
+        lora_rank=cfg.lora_rank if cfg.use_lora and cfg.lora_sync == "adapter" else 0,
+        lora_versions=cfg.async_staleness + 1,
     )
     stack.callback(logged, lambda: _shutdown_engines(engines))
     return engines

@@ -33,6 +33,7 @@ from loguru import logger
 from reasonrl import algos
 from reasonrl.data.sampler import PromptSampler
 from reasonrl.dataplane.experience import Experience
+from reasonrl.distributed.adapter_sync import AdapterSyncer
 from reasonrl.distributed.phases import Phase, PhaseMachine
 from reasonrl.distributed.weight_sync import WeightSyncer, resolve_transport, resolve_verify_source
 from reasonrl.distributed.worker_group import gather_all
@@ -141,7 +142,7 @@ class PPOTrainer:
         # while the engines still generate (ahead of time they would run on the weights of an older step)
         self.streams_forwards = cfg.stream_rollout and self.ahead is None and not cfg.colocate_all
         self.probe_ids: list[int] | None = None
-        self._weight_syncer: WeightSyncer | None = None
+        self._weight_syncer: WeightSyncer | AdapterSyncer | None = None
         # colocate_all: what is resident on the shared devices (a no-op machine under split placement)
         groups = {"policy": roles.policy, "critic": roles.critic, "ref": roles.ref, "reward_model": roles.reward_model}
         self.phases = PhaseMachine(
@@ -368,9 +369,13 @@ class PPOTrainer:
         )
         return m
 
-    def weight_syncer(self) -> WeightSyncer:
+    def weight_syncer(self) -> WeightSyncer | AdapterSyncer:
         """The weight-sync protocol for this run's policy and engines (built once: it keeps the bucket plan, the
-        broadcast group and the probe's calibration). ``auto`` choices are resolved for the cluster's devices."""
+        broadcast group and the probe's calibration). ``auto`` choices are resolved for the cluster's devices.
+        LoRA with ``lora_sync=adapter``: the adapter-only sync (the engines keep the base model)."""
+        if self._weight_syncer is None and self.cfg.use_lora and self.cfg.lora_sync == "adapter":
+            tol = self.cfg.resolved_sync_verify_tolerance
+            self._weight_syncer = AdapterSyncer(self.roles.policy, self.roles.engines, tol=tol, exact=not self.cfg.bf16)
         if self._weight_syncer is None:
             import ray
 
@@ -438,6 +443,8 @@ class PPOTrainer:
             if self.roles.critic is not None:
                 await gather_all(self.roles.critic.call_async("save_checkpoint", str(staging / "critic"), tag))
             await gather_all(self.roles.policy.call_async("export_hf", str(staging / "policy_hf")))
+            if self.cfg.use_lora:  # the adapter alone as well (small; PeftModel.from_pretrained(base, folder))
+                await gather_all(self.roles.policy.call_async("export_adapter", str(staging / "policy_adapter")))
             self.tokenizer.save_pretrained(staging / "policy_hf")
             save_trainer_state(staging, self.trainer_state())
             save_rng_state(staging / "rng_state.json")

@@ -164,8 +164,12 @@ def merged_tensors(plan: Mapping[str, MergedParam], names: Iterable[str], gather
     return out
 
 
-def adapter_state(model) -> dict[str, Any]:
-    """The adapter's parameters as PEFT saves them (``get_peft_model_state_dict``; ZeRO-3: gather first)."""
-    from peft import get_peft_model_state_dict
+def adapter_param_names(model) -> list[str]:
+    """The adapter's parameters (``lora_A`` / ``lora_B`` of every adapted layer), in ``named_parameters()`` order."""
+    return [n for n, _ in model.named_parameters() if ".lora_A." in n or ".lora_B." in n]
 
-    return get_peft_model_state_dict(model)
+
+def save_adapter(model, tensors: Mapping[str, Any], out_dir) -> None:
+    """Write the adapter alone as PEFT does (``adapter_config.json`` + ``adapter_model.safetensors``; loads with
+    ``PeftModel.from_pretrained(base, out_dir)``) from its gathered full ``tensors`` (ZeRO-3 partitions them)."""
+    model.save_pretrained(str(out_dir), state_dict=dict(tensors), safe_serialization=True)

@@ -106,6 +106,7 @@ def test_ppo_with_critic_runs_and_logs(full_ppo_run):
     ckpt = root / "ckpt" / cfg.exp_name / "step_4"
     assert (ckpt / "COMPLETE").exists() and (ckpt / "policy_hf" / "config.json").exists()
     assert not any("lora" in k for k in load_file(next((ckpt / "policy_hf").glob("*.safetensors"))))  # merged
+    assert (ckpt / "policy_adapter" / "adapter_config.json").exists()  # and the adapter alone
     assert (root / "logs" / cfg.exp_name / "summary.png").exists()
     assert list((root / "logs" / cfg.exp_name / "generations").glob("step_*.jsonl"))
 

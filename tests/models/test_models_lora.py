@@ -104,3 +104,18 @@ def test_base_name_strips_the_peft_wrapping():
         "model.layers.0.self_attn.q_proj.weight"
     )
     assert base_name("base_model.model.lm_head.weight") == "lm_head.weight"
+
+
+def test_the_adapter_saved_alone_loads_with_peft(tiny_model_dir, tmp_path):
+    from peft import PeftModel
+
+    from reasonrl.models.lora import adapter_param_names, save_adapter
+
+    model = trained_adapter(tiny_model_dir, LoraSettings(rank=4, alpha=8, target_modules=("q_proj", "down_proj")))
+    params = dict(model.named_parameters())
+    names = adapter_param_names(model)
+    assert names and all(params[n].requires_grad for n in names)
+    save_adapter(model, {n: params[n].detach().clone() for n in names}, tmp_path / "adapter")
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in (tmp_path / "adapter").iterdir()}
+    loaded = PeftModel.from_pretrained(load(tiny_model_dir), tmp_path / "adapter").eval()
+    assert torch.equal(logits(loaded), logits(model))
