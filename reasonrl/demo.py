@@ -5,6 +5,7 @@
     python -m reasonrl.demo --algo both --steps 10
     python -m reasonrl.demo --task code          # small Python functions, unit-test reward (~8 min)
     python -m reasonrl.demo --task tools         # multiplication with a calculator tool vs without (multi-turn)
+    python -m reasonrl.demo --lora               # GRPO training rank-8 LoRA adapters instead of every weight
 
 1. Warm start (``pretrain=arith-sft``, ``reasonrl.sft.warm_start``): a 5M-parameter Qwen2 fine-tuned by the
    SFT trainer on 2-digit addition to a PARTIAL accuracy (~60%). Built once per machine, cached afterwards.
@@ -27,8 +28,11 @@ calculator conversations, ``reasonrl.data.tool_tasks``) then GRPO where the mode
 (``playground.tools_grpo_cpu``), against the same budget from ``tools-sft-notool`` without the tool; held-out accuracy
 before -> after for both, and the tool calls and errors per step.
 
-``<ckpt-dir>/demo_<algo>`` (``demo_code_grpo``) and ``logs/demo_<algo>`` are the demo's own folders, replaced by each
-demo run.
+``--lora`` runs the math GRPO with rank-8 LoRA adapters (``playground.arith_grpo_lora_cpu``, docs/lora.md): the
+reference is the policy with its adapter off, the sync merges the adapters; the same before -> after numbers.
+
+``<ckpt-dir>/demo_<algo>`` (``demo_code_grpo``, ``demo_grpo_lora``) and ``logs/demo_<algo>`` are the demo's own
+folders, replaced by each demo run.
 """
 
 from __future__ import annotations
@@ -62,8 +66,15 @@ class DemoResult:
         return self.heldout_after - self.heldout_before
 
 
-def recipe(algo: str, task: str = "math"):
-    """The playground config class of ``algo`` (``grpo`` or ``ppo``; ``grpo`` only for ``task="code"``)."""
+def recipe(algo: str, task: str = "math", lora: bool = False):
+    """The playground config class of ``algo`` (``grpo`` or ``ppo``; ``grpo`` only for ``task="code"`` and with
+    ``lora``, which is for the math task)."""
+    if lora:
+        from playground.arith_grpo_lora_cpu import ArithGRPOLoRACPUConfig
+
+        if (algo, task) != ("grpo", "math"):
+            raise ValueError(f"the LoRA demo is math GRPO only, got algo={algo!r} task={task!r}")
+        return ArithGRPOLoRACPUConfig
     if task == "code":
         from playground.code_grpo_cpu import CodeGRPOCPUConfig
 
@@ -90,17 +101,20 @@ def run_rl(
     log_dir: str = "logs",
     ckpt_dir: str = "ckpt/demo",
     task: str = "math",
+    lora: bool = False,
     **overrides,
 ):
-    """One RL run of the ``algo`` recipe of ``task`` (``math`` or ``code``) from its warm start, in a fresh checkpoint
-    folder; its :class:`DemoResult`. ``overrides`` are extra config fields (e.g. ``eval_interval=5``)."""
+    """One RL run of the ``algo`` recipe of ``task`` (``math`` or ``code``; ``lora``: its LoRA variant) from its warm
+    start, in a fresh checkpoint folder; its :class:`DemoResult`. ``overrides`` are extra config fields (e.g.
+    ``eval_interval=5``)."""
     from reasonrl.data.eval_names import eval_set_names
     from reasonrl.exp import BasePPOExp
     from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
 
     # not the recipe's own name: the demo never touches a user's recipe runs
     exp_name = f"demo_{algo}" if task == "math" else f"demo_{task.replace('-', '_')}_{algo}"
-    cfg = recipe(algo, task)(
+    exp_name += "_lora" if lora else ""
+    cfg = recipe(algo, task, lora)(
         exp_name=exp_name, seed=seed, max_steps=steps, log_dir=log_dir, ckpt_dir=ckpt_dir, resume="none"
     )
     cfg = cfg.with_overrides({"progress_bar": False, **overrides})
@@ -118,7 +132,7 @@ def run_rl(
     step_times = [rows[s]["time/step"] for s in range(1, steps + 1) if rows.get(s, {}).get("time/step") is not None]
     reward_times = [rows[s]["time/reward"] for s in range(1, steps + 1) if "time/reward" in rows.get(s, {})]
     return DemoResult(
-        algo=algo,
+        algo=f"{algo}+lora" if lora else algo,
         steps=steps,
         heldout_before=rows[0][eval_key],
         heldout_after=rows[steps][eval_key],
@@ -221,12 +235,17 @@ def main(argv=None) -> list[DemoResult]:
     parser.add_argument(
         "--steps", type=int, default=None, help="RL steps (default: 30 for math, 64x8 samples each; 20 for code, 32x8)"
     )
+    parser.add_argument(
+        "--lora", action="store_true", help="math GRPO training rank-8 LoRA adapters instead of every weight"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-dir", default="logs")
     parser.add_argument("--ckpt-dir", default="ckpt/demo")
     args = parser.parse_args(argv)
     if args.steps is not None and args.steps < 1:
         parser.error("--steps must be >= 1")
+    if args.lora and (args.task != "math" or args.algo != "grpo"):
+        parser.error("--lora runs the math task's GRPO only (--task math --algo grpo)")
     if args.task == "code":
         if args.algo != "grpo":
             parser.error("--task code runs GRPO only (--algo grpo)")
@@ -245,7 +264,8 @@ def main(argv=None) -> list[DemoResult]:
     warm_path = warm_start_path(log_dir=args.log_dir)
     warm_seconds = time.perf_counter() - start
     algos = ["grpo", "ppo"] if args.algo == "both" else [args.algo]
-    results = [run_rl(a, steps=args.steps, seed=args.seed, log_dir=args.log_dir, ckpt_dir=args.ckpt_dir) for a in algos]
+    folders = dict(log_dir=args.log_dir, ckpt_dir=args.ckpt_dir)
+    results = [run_rl(a, steps=args.steps, seed=args.seed, lora=args.lora, **folders) for a in algos]
     heldout = load_rows("arith_add2_heldout").rows
     before = greedy_accuracy(warm_path, heldout)
     checks = [(before, greedy_accuracy(r.final_model, heldout)) for r in results]

@@ -44,9 +44,14 @@ def test_warm_start_has_room_to_improve(warm_start, heldout):
     assert 0.3 <= accuracy <= 0.8
 
 
-@pytest.mark.parametrize("algo", ["grpo", "ppo"])
-def test_rl_improves_heldout_accuracy(algo, warm_start, heldout, tmp_path):
-    result = run_rl(algo, steps=STEPS, seed=0, log_dir=str(tmp_path / "logs"), ckpt_dir=str(tmp_path / "ckpt"))
+@pytest.mark.parametrize(
+    ("algo", "lora"), [("grpo", False), ("ppo", False), ("grpo", True)], ids=["grpo", "ppo", "lora"]
+)
+def test_rl_improves_heldout_accuracy(algo, lora, warm_start, heldout, tmp_path):
+    """``lora``: ``python -m reasonrl.demo --lora``, rank-8 adapters with the reference as the adapter switched off
+    (measured from a 0.75 warm start, lr 1e-3: 0.86 at step 5, 0.94 at step 10)."""
+    folders = dict(log_dir=str(tmp_path / "logs"), ckpt_dir=str(tmp_path / "ckpt"))
+    result = run_rl(algo, steps=STEPS, seed=0, lora=lora, **folders)
     print(f"{algo}: held-out {result.heldout_before:.3f} -> {result.heldout_after:.3f} in {result.rl_seconds:.0f} s")
     assert result.heldout_after >= result.heldout_before + MARGIN, (
         f"{algo} did not learn: held-out accuracy {result.heldout_before:.3f} -> {result.heldout_after:.3f} after "
