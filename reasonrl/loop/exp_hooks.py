@@ -217,21 +217,10 @@ def build_inputs(exp, tokenizer=None, *, load_tokenizer: Callable[[], Any] | Non
         if problems:
             raise ConfigError(problems, title="multi-turn rollouts cannot start")
     if cfg is not None and getattr(cfg, "use_lora", False):  # LoRA: the targets exist in the model, before Ray
+        from reasonrl.models.lora import lora_problems
+
         problems = lora_problems(cfg.resolve_model_path(cfg.pretrain), cfg.lora_target_modules)
         if problems:
             raise ConfigError(problems, title="LoRA adapters cannot be added")
     scorer, close = _check_scorer(exp)
     return ExpInputs(template, train_rows, eval_sets, scorer, close, tokenizer)
-
-
-def lora_problems(model_path: str, target_modules) -> list[str]:
-    """Why LoRA adapters on ``target_modules`` cannot be added to the model at ``model_path`` (empty when they
-    can), checked on a meta-device model built from its config: no weights are read."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from reasonrl.models.lora import target_problems
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
-    return [f"{p} (pretrain={model_path})" for p in target_problems(model, list(target_modules))]

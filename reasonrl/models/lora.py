@@ -86,6 +86,17 @@ def target_problems(model, target_modules: Sequence[str]) -> list[str]:
     return problems
 
 
+def lora_problems(model_path: str, target_modules) -> list[str]:
+    """Why LoRA adapters on ``target_modules`` cannot be added to the model at ``model_path`` (empty when they
+    can), checked on a meta-device model built from its config: no weights are read."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
+    return [f"{p} (pretrain={model_path})" for p in target_problems(model, list(target_modules))]
+
+
 def _peft_config(settings: LoraSettings):
     from peft import LoraConfig
 

@@ -62,6 +62,13 @@ class SFTConfig:
         "model to fine-tune: a local HF folder (an existing path wins), a Hub id owner/name or owner/name@revision "
         "(from the HF cache; downloaded first unless HF_HUB_OFFLINE=1), or tiny / tiny-demo / smollm2",
     )
+    lora_rank: int = _mod(0, "LoRA rank of adapters to train instead of every weight (docs/lora.md); 0 = off")
+    lora_alpha: float = _mod(16.0, "LoRA alpha: the update is scaled by lora_alpha / lora_rank")
+    lora_dropout: float = _mod(0.0, "dropout on the adapters' input, in [0, 1)")
+    lora_target_modules: list[str] = _mod(
+        doc="linear layers that get adapters (q_proj,v_proj, self_attn.o_proj) or all-linear; checked before Ray",
+        factory=lambda: ["all-linear"],
+    )
     output_dir: str = _exp("ckpt/sft_hf", "the exported Hugging Face folder (pretrain=<it> starts RL from it)")
     overwrite: bool = _exp(False, "replace an existing output_dir (else: refused before training)")
     exp_name: str = _exp("sft", "run name: checkpoints go to <ckpt_dir>/<exp_name>/, curves to <log_dir>/<exp_name>/")
@@ -216,6 +223,14 @@ class SFTConfig:
             problems.append(f"lr={self.lr!r} must be > 0")
         if not 0 <= self.eval_frac < 1:
             problems.append(f"eval_frac={self.eval_frac!r} must be in [0, 1)")
+        if self.lora_rank < 0:
+            problems.append(f"lora_rank={self.lora_rank!r} must be >= 0 (0 = full fine-tuning)")
+        if self.lora_rank and not self.lora_alpha > 0:
+            problems.append(f"lora_alpha={self.lora_alpha!r} must be > 0")
+        if not 0 <= self.lora_dropout < 1:
+            problems.append(f"lora_dropout={self.lora_dropout!r} must be in [0, 1)")
+        if self.lora_rank and not self.lora_target_modules:
+            problems.append("lora_target_modules is empty: name at least one linear layer, or all-linear")
         for name, allowed in (
             ("lr_schedule", LR_SCHEDULES),
             ("zero_stage", ZERO_STAGES),

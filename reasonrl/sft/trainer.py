@@ -253,6 +253,12 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     resume_from = checkpoints.resolve_resume(cfg.resume)  # a bad resume path fails here, before Ray
     pin_pretrain(cfg, resume_from)  # a Hub id -> owner/name@<commit> (a resume: the checkpoint's commit)
     model_path = BasePPOExpConfig.resolve_model_path(cfg.pretrain)
+    if cfg.lora_rank:  # the targets exist in the model: before Ray, on a meta-device model
+        from reasonrl.models.lora import lora_problems
+
+        problems = lora_problems(model_path, cfg.lora_target_modules)
+        if problems:
+            raise ConfigError(problems, title="LoRA adapters cannot be added")
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     template = get_template(cfg.prompt_template, tokenizer=tokenizer)
     train, evals, dropped = _encode(cfg, tokenizer, template)
@@ -297,6 +303,10 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
             packing="on" if cfg.packing else "off",  # wherever the backend the workers resolve supports it
             pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
             seed=cfg.seed,
+            lora_rank=cfg.lora_rank,
+            lora_alpha=cfg.lora_alpha,
+            lora_dropout=cfg.lora_dropout,
+            lora_target_modules=list(cfg.lora_target_modules),
         )
         group.call("setup", worker_cfg, cfg.torch_threads)
         attention = attention_summary("sft", group.call("attention"))  # what the workers resolved for themselves

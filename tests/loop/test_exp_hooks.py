@@ -192,7 +192,7 @@ def test_rows_naming_another_environment_are_refused():
 
 def test_lora_targets_that_match_nothing_are_refused_before_ray(tiny_model_dir):
     """Checked on a meta-device model built from the folder's config (no weights read, no Ray)."""
-    from reasonrl.loop.exp_hooks import lora_problems
+    from reasonrl.models.lora import lora_problems
 
     exp = FakeExp()
     exp.cfg = SimpleNamespace(

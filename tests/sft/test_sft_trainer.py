@@ -112,3 +112,38 @@ def test_sft_two_ranks_zero3_learns_and_exports(ray_cluster, tiny_model_dir, tin
     assert first["sft/grad_norm"] == pytest.approx(grad_norm_step_1, rel=1e-4)
     assert json.loads((out / "reasonrl_sft.json").read_text())["result"]["steps"] == 2
     assert folders(tmp_path) == ["ckpt", "logs", "resumed_model", "sft_model"]
+
+
+def test_sft_with_lora_trains_adapters_and_exports_the_merged_model(ray_cluster, tiny_model_dir, tmp_path):
+    """SFT with rank-8 adapters (a LoRA warm start): the held-out loss falls, the export is a plain model (no adapter
+    names) that reproduces the final held-out loss with transformers, and it differs from the base model."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "sft_lora"
+    cfg = SFTConfig(
+        pretrain=str(tiny_model_dir),
+        output_dir=str(out),
+        log_dir=str(tmp_path / "logs"),
+        exp_name="sft_lora",
+        rows=TASK.rows("train"),
+        eval_rows=TASK.rows("heldout"),
+        max_steps=6,
+        train_batch_size=15,
+        lr=1e-2,
+        warmup_steps=1,
+        devices_per_node=2,
+        zero_stage=3,
+        eval_interval=0,
+        progress_bar=False,
+        lora_rank=8,
+        lora_alpha=16,
+        lora_target_modules=["q_proj", "v_proj", "down_proj"],
+    )
+    result = train_sft(cfg)
+    assert result.eval_loss_after < result.eval_loss_before - 0.5
+    exported = load_file(out / "model.safetensors")
+    assert not any("lora" in name or "base_layer" in name for name in exported)
+    assert heldout_nll(out, TASK.rows("heldout")) == pytest.approx(result.eval_loss_after, rel=1e-4)
+    base = load_file(tiny_model_dir / "model.safetensors")
+    changed = {n for n in base if not torch.equal(base[n], exported[n])}
+    assert changed and all(n.endswith(("q_proj.weight", "v_proj.weight", "down_proj.weight")) for n in changed)
