@@ -114,6 +114,8 @@ def eval_config_from_cli(argv: Sequence[str] | None = None) -> EvalConfig:
     if config_path is not None:
         file, values = config_file_overrides(EvalConfig, config_path, any_class=True)  # refuses a model's config
         values.pop("train_data", None)
+        # a LoRA run's policy_hf is the merged model: the engines serve it as a plain model
+        values = {k: v for k, v in values.items() if not k.startswith("lora_")}
         cfg = apply_overrides(cfg, values, strict=False, source=str(file))  # types checked, the file named
         policy = checkpoint_policy(config_path)
         if policy is not None and "pretrain" not in overrides:

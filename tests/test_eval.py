@@ -84,6 +84,8 @@ def write_checkpoint(folder: Path, with_policy: bool) -> Path:
         "reward_fn": "reasonrl.data.arithmetic:reward",
         "train_data": ["arith_add2_train"],
         "a_recipe_only_field": 3,
+        "lora_rank": 8,  # a LoRA run: its policy_hf is the merged model
+        "lora_sync": "adapter",
     }
     (folder / "config.json").write_text(json.dumps(config))
     if with_policy:
@@ -98,6 +100,7 @@ def test_config_of_a_training_checkpoint_evaluates_its_policy(tmp_path):
     assert cfg.pretrain == str(step / "policy_hf")
     assert (cfg.eval_data, cfg.generate_max_len, cfg.prompt_template) == (["arith_add2_heldout"], 8, "plain")
     assert cfg.eval_max_prompts == 5 and cfg.train_data == []
+    assert cfg.lora_rank == 0 and cfg.lora_sync == "merged"  # engines serve the merged policy_hf as a plain model
     assert eval_config_from_cli([f"config={step / 'config.json'}", "pretrain=tiny"]).pretrain == "tiny"
     no_policy = write_checkpoint(tmp_path / "other", with_policy=False)
     assert eval_config_from_cli([f"config={no_policy}"]).pretrain == "arith-sft"
