@@ -49,11 +49,10 @@ def test_warm_start_has_room_to_improve(warm_start, heldout):
 )
 def test_rl_improves_heldout_accuracy(algo, lora, warm_start, heldout, tmp_path):
     """``lora``: ``python -m reasonrl.demo --lora``, rank-8 adapters with the reference as the adapter switched off
-    (measured from a 0.75 warm start, lr 1e-3: 0.86 at step 5, 0.94 at step 10), here with the adapter-only sync
-    (the demo's default merges; tests/loop/test_trainer.py runs the merged sync in the loop)."""
+    (measured from a 0.75 warm start, lr 1e-3: 0.86 at step 5, 0.94 at step 10); the merged sync, the demo's
+    default (tests/loop/test_trainer.py runs the adapter-only sync in the loop)."""
     folders = dict(log_dir=str(tmp_path / "logs"), ckpt_dir=str(tmp_path / "ckpt"))
-    extra = dict(lora_sync="adapter") if lora else {}
-    result = run_rl(algo, steps=STEPS, seed=0, lora=lora, **folders, **extra)
+    result = run_rl(algo, steps=STEPS, seed=0, lora=lora, **folders)
     print(f"{algo}: held-out {result.heldout_before:.3f} -> {result.heldout_after:.3f} in {result.rl_seconds:.0f} s")
     assert result.heldout_after >= result.heldout_before + MARGIN, (
         f"{algo} did not learn: held-out accuracy {result.heldout_before:.3f} -> {result.heldout_after:.3f} after "

@@ -48,6 +48,12 @@ class DerivedValues:
         return self.use_reference and self.use_lora
 
     @property
+    def engine_sleep_level(self) -> int:
+        """vLLM sleep level under ``colocate_all``: 2 (weights discarded, every sync sends them all) unless each sync
+        sends a LoRA adapter only (``lora_sync=adapter``), which needs the base weights kept (level 1)."""
+        return 1 if self.use_lora and self.lora_sync == "adapter" else 2  # phases.ADAPTER_SYNC_SLEEP_LEVEL, SLEEP_LEVEL
+
+    @property
     def use_reward_model(self) -> bool:
         return self.reward_num_nodes > 0
 

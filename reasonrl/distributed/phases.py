@@ -49,6 +49,10 @@ class Phase(enum.StrEnum):
 SLEEP_LEVEL = 2
 """vLLM sleep level for a full weight sync every step (see the module docstring)."""
 
+ADAPTER_SYNC_SLEEP_LEVEL = 1
+"""vLLM sleep level when each sync sends a LoRA adapter only (``lora_sync=adapter``): the engines' base weights are
+never sent again, so the sleep must keep them (level 1: a host copy, restored on wake)."""
+
 COLOCATED_STEP: tuple[Phase, ...] = (Phase.GENERATION, Phase.TRAINING, Phase.SYNC, Phase.GENERATION)
 """The phases of one colocated PPO step, in order (the memory model evaluates each)."""
 
@@ -71,7 +75,7 @@ class Step:
     arg: tuple = ()
 
 
-def transition_plan(src: Phase, dst: Phase, roles: Sequence[str]) -> list[Step]:
+def transition_plan(src: Phase, dst: Phase, roles: Sequence[str], sleep_level: int = SLEEP_LEVEL) -> list[Step]:
     """The ordered calls that take the shared devices from ``src`` to ``dst`` (``[]`` when equal).
 
     ``roles``: the DeepSpeed roles sharing the devices, policy first. GENERATION -> SYNC is not a transition
@@ -83,7 +87,7 @@ def transition_plan(src: Phase, dst: Phase, roles: Sequence[str]) -> list[Step]:
     if src == dst:
         return []
     if dst == Phase.TRAINING:  # from GENERATION, or from SYNC (a sync that failed half-way)
-        steps = [Step("sleep", "engines", (SLEEP_LEVEL,))]
+        steps = [Step("sleep", "engines", (sleep_level,))]
         steps += [Step("empty_cache", r) for r in roles]
         steps += [Step("reload", r) for r in roles]  # one role at a time: no two reload peaks together
         return steps
@@ -106,14 +110,23 @@ class PhaseMachine:
     DeepSpeed states loaded: TRAINING, weights discarded).
     """
 
-    def __init__(self, engines: Sequence, groups: Mapping[str, object], *, active: bool, start: Phase = Phase.TRAINING):
+    def __init__(
+        self,
+        engines: Sequence,
+        groups: Mapping[str, object],
+        *,
+        active: bool,
+        start: Phase = Phase.TRAINING,
+        sleep_level: int = SLEEP_LEVEL,
+    ):
         self.engines = list(engines)
         self.groups = dict(groups)
         self.active = active
+        self.sleep_level = sleep_level  # ADAPTER_SYNC_SLEEP_LEVEL when syncs send LoRA adapters only
         self.phase = start if active else Phase.GENERATION
         self.history: list[Phase] = [self.phase]
         # engines slept at level 2 and have not been synced since (the experiment starts them asleep)
-        self.weights_discarded = active and start != Phase.GENERATION
+        self.weights_discarded = active and start != Phase.GENERATION and sleep_level >= 2
 
     async def enter(self, dst: Phase) -> None:
         """Move the shared devices to ``dst``; idempotent (entering the current phase does nothing).
@@ -131,7 +144,7 @@ class PhaseMachine:
             await self.enter(Phase.SYNC)
         if (self.phase, dst) == (Phase.GENERATION, Phase.SYNC):
             await self.enter(Phase.TRAINING)
-        for step in transition_plan(self.phase, dst, list(self.groups)):
+        for step in transition_plan(self.phase, dst, list(self.groups), self.sleep_level):
             await self._run(step)
         logger.debug(f"device phase {self.phase.value} -> {dst.value}")
         self.phase = dst

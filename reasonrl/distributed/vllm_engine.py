@@ -175,7 +175,7 @@ class VLLMEngine:
                     request_id = f"reasonrl-{self._requests_started}"
                     self._requests_started += 1
                     engine.add_request(
-                        request_id, engine_input, _sampling_params(sampling, seed), lora_request=self.lora_request
+                        request_id, engine_input, _sampling_params(sampling, seed), **self._lora_kwargs()
                     )
                     running[request_id] = (i, j)
             while running and engine.has_unfinished_requests():
@@ -210,7 +210,7 @@ class VLLMEngine:
             self._requests_started += 1
             try:
                 params = _sampling_params(request.sampling, request.sampling.seed)
-                engine.add_request(request_id, engine_input, params, lora_request=self.lora_request)
+                engine.add_request(request_id, engine_input, params, **self._lora_kwargs())
             except Exception:
                 self.abort_pumped()
                 raise
@@ -247,14 +247,19 @@ class VLLMEngine:
         self.residency.check_generate("prompt_logprobs")
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)  # vLLM skips the prefix cache itself
         prompts = [{"prompt_token_ids": list(token_ids)}]
-        (request,) = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self.lora_request)
+        (request,) = self.llm.generate(prompts, params, use_tqdm=False, **self._lora_kwargs())
         return [float(request.prompt_logprobs[t][tok].logprob) for t, tok in enumerate(token_ids) if t > 0]
 
     # ---------------------------------------------------------------- weights
     @property
     def lora_request(self):
         """The adapter new requests are served with (the latest :meth:`load_adapter`), None for the plain model."""
-        return self.lora_requests[-1] if self.lora_requests else None
+        requests = getattr(self, "lora_requests", None)  # absent on a stand-in built without __init__
+        return requests[-1] if requests else None
+
+    def _lora_kwargs(self) -> dict[str, Any]:
+        """``lora_request=`` of the current adapter for vLLM's add_request / generate; nothing without one."""
+        return {} if self.lora_request is None else {"lora_request": self.lora_request}
 
     def load_adapter(self, version: int, files: Mapping[str, bytes]) -> list[int]:
         """Adapter-only sync: register the policy's adapter ``version`` (PEFT's files, ``adapter_config.json`` and

@@ -163,7 +163,6 @@ def start_roles(
     phase of :mod:`reasonrl.distributed.phases`."""
     import ray
 
-    from reasonrl.distributed.phases import SLEEP_LEVEL
     from reasonrl.distributed.ppo_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
     from reasonrl.distributed.worker_group import WorkerGroup
     from reasonrl.loop.trainer import Roles
@@ -189,11 +188,13 @@ def start_roles(
     engines_first = cfg.colocate_all and plan.device == "gpu"
     if engines_first:
         ray.get(ready)
-        ray.get([e.sleep.remote(SLEEP_LEVEL) for e in engines])
+        ray.get([e.sleep.remote(cfg.engine_sleep_level) for e in engines])
         ready = []
     ray.get(ready + [ref for group, wcfg in setups for ref in group.call_async("setup", wcfg)])
     if cfg.colocate_all and not engines_first:
-        ray.get([e.sleep.remote(SLEEP_LEVEL) for e in engines])  # the phase machine starts with engines asleep
+        ray.get(
+            [e.sleep.remote(cfg.engine_sleep_level) for e in engines]
+        )  # the phase machine starts with engines asleep
     _log_attention(groups)
     return Roles(
         policy=groups["policy"],

@@ -149,6 +149,7 @@ class PPOTrainer:
             roles.engines,
             {name: g for name, g in groups.items() if g is not None},
             active=cfg.colocate_all,
+            sleep_level=cfg.engine_sleep_level,
         )
 
     # ================================================================== the loop
@@ -454,6 +455,8 @@ class PPOTrainer:
             raise
         if self.phases.weights_discarded:  # the engines slept at level 2 for the save: sync them again
             await self.sync_for_generation()
+        else:  # they slept at level 1 (adapter-only sync) and kept their weights: wake them
+            await self.phases.enter(Phase.GENERATION)
         path = self.checkpoints.commit(self.global_step, staging, {"exp_name": self.cfg.exp_name})  # also prunes
         logger.info(f"checkpoint saved: {path}")
         return path

@@ -199,7 +199,10 @@ class SFTConfig:
     def weights_fingerprint(self) -> dict[str, Any]:
         """The fields that decide the trained weights (model, data, schedule, seed, parallel layout): checked on
         resume and hashed by the warm-start cache. In-memory data is summarised (see ``to_dict``)."""
-        return {k: v for k, v in self.to_dict().items() if k not in NOT_WEIGHT_FIELDS}
+        fields = {k: v for k, v in self.to_dict().items() if k not in NOT_WEIGHT_FIELDS}
+        if not self.lora_rank:  # full fine-tuning: the LoRA fields decide nothing (and old cache keys stay valid)
+            fields = {k: v for k, v in fields.items() if not k.startswith("lora_")}
+        return fields
 
     # ------------------------------------------------------------------------------------------ validation
     def validate(self) -> None:

@@ -252,3 +252,32 @@ def test_engine_wakes_the_tags_asked_for_and_worker_empties_the_cuda_cache(monke
     assert worker.empty_cache() is False and emptied == []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert worker.empty_cache() is True and emptied == [True]
+
+
+def test_adapter_only_sync_sleeps_at_level_1_and_generates_without_resending_the_base():
+    """``lora_sync=adapter`` never sends the base weights again, so the engines must keep them across sleeps
+    (level 1): a step's cycle generates after a sync that loaded no weight, which a level-2 engine refuses."""
+    from reasonrl.config import BasePPOExpConfig
+    from reasonrl.distributed.phases import ADAPTER_SYNC_SLEEP_LEVEL
+
+    cfg = BasePPOExpConfig(lora_rank=8, lora_sync="adapter")
+    assert cfg.engine_sleep_level == ADAPTER_SYNC_SLEEP_LEVEL == 1
+    assert BasePPOExpConfig(lora_rank=8).engine_sleep_level == BasePPOExpConfig().engine_sleep_level == SLEEP_LEVEL
+    log: list = []
+    engines = [FakeEngine(log, i) for i in range(2)]
+    for engine in engines:  # as launch leaves them: asleep at level 1, the weights kept on the host
+        engine.residency = EngineResidency(asleep={"weights", "kv_cache"}, weights_discarded=False)
+        engine.sleep = _Remote(log, "engine.sleep", engine.residency.sleep)
+        engine.wake_up = _Remote(log, "engine.wake", engine.residency.wake_up)
+    m = PhaseMachine(engines, {"policy": FakeGroup(log, "policy")}, active=True, sleep_level=1)
+    assert not m.weights_discarded
+
+    async def steps():
+        for _ in range(2):  # generation -> training -> sync (adapter only: no weight loaded) -> generation
+            await m.enter(Phase.GENERATION)
+            for engine in engines:
+                engine.residency.check_generate("generate")  # what vLLM would refuse after a level-2 sleep
+            await m.enter(Phase.TRAINING)
+
+    asyncio.run(steps())
+    assert ("engine.sleep", 1) in log and ("engine.sleep", 2) not in log

@@ -5,8 +5,9 @@ tests/test_readme.py.)
 The run is multi-turn (``env_fn``: a scripted environment answers every model turn, up to 3 turns, with per-turn
 rewards; a space ends each model turn): the critic, GAE and the losses train on responses with masked observation
 holes, and resume must be exact for them too. The policy trains LoRA adapters (rank 8) with a KL loss against its
-reference, which is the policy with the adapter switched off; the weight sync and the checkpoint's HF export merge
-the adapters. The single-turn, full fine-tuning path's exact resume is tested by tests/test_exp_stop_restart.py."""
+reference, which is the policy with the adapter switched off; each weight sync sends the adapter only (vLLM's LoRA
+support: the resumed run's fresh engines get it on their first sync), and the checkpoint's HF export is merged.
+The single-turn, full fine-tuning path's exact resume is tested by tests/test_exp_stop_restart.py."""
 
 from __future__ import annotations
 
@@ -48,8 +49,9 @@ def run(cfg) -> dict:
 
 COMMON = dict(reward_fn=REWARD_FN, save_interval=2, eval_interval=2, keep_last_ckpts=2, max_steps=4)
 COMMON |= dict(env_fn=SCRIPTED_ENV, stop=[" "], max_turns=3, generate_max_len=48)
-# LoRA adapters on the policy: its reference is the adapter switched off (no reference worker), the sync merges
-COMMON |= dict(lora_rank=8, lora_alpha=16, kl_mode="loss", init_kl_coef=1e-2)
+# LoRA adapters on the policy: its reference is the adapter switched off (no reference worker), and each sync sends
+# the adapter only (the engines keep the base model: they sleep at level 1 under colocate_all)
+COMMON |= dict(lora_rank=8, lora_alpha=16, lora_sync="adapter", kl_mode="loss", init_kl_coef=1e-2)
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +105,10 @@ def test_ppo_with_critic_runs_and_logs(full_ppo_run):
     assert not undocumented, f"metrics missing from SCALARS / the docs: {undocumented}"
     assert last["policy/grad_norm"] > 0 and last["critic/grad_norm"] > 0
     assert all(rows[step]["policy/kl"] > 0 for step in (2, 3, 4))  # the adapters moved away from the reference
+    full_bytes = sum(
+        f.stat().st_size for f in (root / "ckpt" / cfg.exp_name / "step_4" / "policy_hf").glob("*.safetensors")
+    )
+    assert all(0 < rows[step]["sync/bytes"] < full_bytes / 5 for step in (1, 2, 3, 4))  # the adapter only
     ckpt = root / "ckpt" / cfg.exp_name / "step_4"
     assert (ckpt / "COMPLETE").exists() and (ckpt / "policy_hf" / "config.json").exists()
     assert not any("lora" in k for k in load_file(next((ckpt / "policy_hf").glob("*.safetensors"))))  # merged
