@@ -7,7 +7,7 @@ training rank-8 adapters on every linear layer instead of every weight (docs/lor
 
 The reference for the k3 KL loss is the policy with its adapter switched off (no reference model is loaded), and
 the weight sync sends merged weights (``lora_sync=merged``) or the adapter only (``lora_sync=adapter``). The learning
-rate is 10x the full fine-tuning recipe's, as peers report for LoRA (verl, TRL).
+rate is 20x the full fine-tuning recipe's (peers report ~10x for LoRA on large models: verl, TRL).
 """
 
 from dataclasses import dataclass
@@ -22,7 +22,9 @@ class ArithGRPOLoRACPUConfig(ArithGRPOCPUConfig):
     lora_rank: int = 8
     lora_alpha: float = 16.0
     lora_target_modules: list[str] = ("all-linear",)
-    actor_lr: float = 1e-3  # 10x ArithGRPOCPUConfig's 1e-4
+    # 20x ArithGRPOCPUConfig's 1e-4: from the same warm start, 6 steps took held-out accuracy 0.75 -> 0.83 at 1e-3
+    # and 0.75 -> 0.955 at 2e-3 (peers report ~10x for LoRA on large models; this 5M model's adapters are tiny)
+    actor_lr: float = 2e-3
 
 
 if __name__ == "__main__":
