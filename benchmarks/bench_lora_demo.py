@@ -1,6 +1,7 @@
 """The math GRPO demo with full fine-tuning against rank-8 LoRA (merged sync and adapter-only sync), same warm start,
 seed and steps: held-out accuracy before -> after, mean step time, weight-sync bytes and time per step, and the peak
-resident memory of the policy worker (every ``ray::PolicyWorker`` process, sampled every 0.2 s).
+resident memory of the DeepSpeed workers (``ray::PolicyWorker`` and ``ray::ReferenceWorker`` processes, summed,
+sampled every 0.2 s: LoRA has no reference worker).
 
     python benchmarks/bench_lora_demo.py                 # 10 steps each
     python benchmarks/bench_lora_demo.py --steps 6 --modes full,adapter
@@ -14,14 +15,14 @@ import threading
 from pathlib import Path
 
 
-def policy_rss_bytes() -> int:
-    """Summed resident memory of the processes titled ``ray::PolicyWorker`` (Linux /proc)."""
+def workers_rss_bytes() -> int:
+    """Summed resident memory of the processes titled ``ray::PolicyWorker`` / ``ray::ReferenceWorker`` (/proc)."""
     total = 0
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            if not (proc / "cmdline").read_bytes().startswith(b"ray::PolicyWorker"):
+            if not (proc / "cmdline").read_bytes().startswith((b"ray::PolicyWorker", b"ray::ReferenceWorker")):
                 continue
             for line in (proc / "status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -38,7 +39,7 @@ class PeakSampler:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.peak = max(self.peak, policy_rss_bytes())
+            self.peak = max(self.peak, workers_rss_bytes())
 
     def __enter__(self):
         self._thread.start()
@@ -67,7 +68,7 @@ def run(mode: str, steps: int, seed: int, root: Path) -> dict:
         "step_s": result.mean_step_seconds,
         "sync_bytes": statistics.median(r["sync/bytes"] for r in synced),
         "sync_s": statistics.median(r["sync/total_s"] for r in synced),
-        "policy_rss_gb": sampler.peak / 1e9,
+        "workers_rss_gb": sampler.peak / 1e9,
     }
 
 
@@ -80,14 +81,12 @@ def main() -> None:
     args = parser.parse_args()
     results = [run(mode, args.steps, args.seed, Path(args.out)) for mode in args.modes.split(",")]
     print(f"\nmath GRPO demo, {args.steps} steps, seed {args.seed} (LoRA: rank 8, all-linear)")
-    print(
-        "| mode | held-out before -> after | step time | sync bytes (median) | sync time (median) | policy RSS peak |"
-    )
+    print("| mode | held-out before -> after | step time | sync bytes (median) | sync time | workers RSS peak |")
     print("|---|---|---|---|---|---|")
     for r in results:
         print(
             f"| {r['mode']} | {r['before']:.1%} -> {r['after']:.1%} | {r['step_s']:.2f} s | "
-            f"{r['sync_bytes'] / 1e6:.2f} MB | {r['sync_s']:.3f} s | {r['policy_rss_gb']:.2f} GB |"
+            f"{r['sync_bytes'] / 1e6:.2f} MB | {r['sync_s']:.3f} s | {r['workers_rss_gb']:.2f} GB |"
         )
 
 
