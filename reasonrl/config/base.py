@@ -124,7 +124,9 @@ class BasePPOExpConfig(DerivedValues):
         "reference is the policy with its adapter switched off (no reference worker, no second copy of the weights)",
     )
     lora_alpha: float = _mod(16.0, "LoRA alpha: the adapter's update is scaled by lora_alpha / lora_rank")
-    lora_dropout: float = _mod(0.0, "dropout on the adapters' input while training, in [0, 1)")
+    lora_dropout: float = _mod(
+        0.0, "dropout on the adapters' input: must be 0 in RL (it would skew the PPO ratio); SFT takes [0, 1)"
+    )
     lora_sync: str = _mod(
         "merged",
         "how a LoRA policy reaches vLLM: merged (each bucket sends W + (alpha/r)*B@A under the base names; the "

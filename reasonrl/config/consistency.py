@@ -49,7 +49,7 @@ def _check_algorithm(cfg: BasePPOExpConfig) -> list[str]:
                 f"kl_mode={cfg.kl_mode!r} needs init_kl_coef > 0 (typical 1e-3), or set kl_mode=none to run "
                 "without a reference model"
             )
-        if cfg.ref_num_nodes == 0:
+        if cfg.ref_num_nodes == 0 and not cfg.reference_in_policy:  # LoRA: the adapter switched off is the reference
             problems.append(
                 f"kl_mode={cfg.kl_mode!r} needs a reference model but ref_num_nodes=0: set ref_num_nodes >= 1 "
                 "(under colocate_all equal to the policy's sizes) or kl_mode=none"

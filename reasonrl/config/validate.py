@@ -420,7 +420,12 @@ def _check_ranges(cfg: BasePPOExpConfig) -> list[str]:
     need("max_turns", v.max_turns >= 1, "must be >= 1 (model turns per sample)")
     need("lora_rank", v.lora_rank >= 0, "must be >= 0 (0 = full fine-tuning; typical 8-128)")
     need("lora_alpha", not v.use_lora or v.lora_alpha > 0, "must be > 0 (typical: 2 x lora_rank)")
-    need("lora_dropout", 0 <= v.lora_dropout < 1, "must be in [0, 1)")
+    need(
+        "lora_dropout",
+        v.lora_dropout == 0,
+        "must be 0 in RL: the update's log-probs would see dropout while the old and reference log-probs do not, so "
+        "the PPO ratio starts away from 1 (dropout is for SFT: SFTConfig.lora_dropout)",
+    )
     need("lora_target_modules", not v.use_lora or len(v.lora_target_modules) > 0, "must name at least one layer")
     need("lora_sync", v.lora_sync in ("merged", "adapter"), "must be 'merged' or 'adapter'")
     need(

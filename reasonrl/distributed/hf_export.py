@@ -102,7 +102,7 @@ def gather_for_export(
         gathered.update(gather_params(module, names, rank0_only=True))
     if _rank() != 0:
         return {}
-    if merge is not None:
+    if merge is not None:  # rank 0 alone: raised errors are kept by _write_hf_weights until the last gather
         gathered = merged_tensors(merge, [source for _, source, _ in entries if source not in buffers], gathered)
     out: dict[str, Any] = {}
     used: set[str] = set()
@@ -244,7 +244,13 @@ def _write_hf_weights(module, out: Path, max_shard_bytes: int, bucket_bytes: int
     shards = split_by_size([(entry, _nbytes(entry[2])) for entry in entries], max_shard_bytes)
     writer = _ShardWriter(module, out, len(shards)) if _rank() == 0 else None
     for index, shard in enumerate(shards):
-        tensors = gather_for_export(module, shard, bucket_bytes, merge)
+        try:
+            tensors = gather_for_export(module, shard, bucket_bytes, merge)
+        except Exception as exc:  # rank 0's merge after the gather: keep going in step with the other ranks
+            if writer is None:
+                raise
+            writer.error = writer.error or exc
+            tensors = {}
         if writer is not None:
             writer.write(index, tensors)
         del tensors

@@ -84,7 +84,8 @@ class VLLMEngine:
 
         ``lora_rank > 0``: adapter-only weight sync (``lora_sync=adapter``). The engine serves the base model it
         loaded and the policy's adapter of each sync (:meth:`load_adapter`, vLLM's LoRA support), keeping the last
-        ``lora_versions`` adapters registered (rollouts of an older policy version may still run)."""
+        ``lora_versions`` adapters registered (the trainer keeps one: a sync waits for the rollouts launched before
+        it, so no request of an older version is added after it)."""
         apply_runtime_env()  # before vllm is imported: CPU KV-cache size, in-process engine on CPU, ...
         install_worker_log_sink(type(self).__name__)  # WARNING+ lines into the run's train.log
         from vllm import LLM

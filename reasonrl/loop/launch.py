@@ -232,9 +232,10 @@ def start_vllm_engines(cfg: BasePPOExpConfig, placement, stack: contextlib.ExitS
         enable_sleep_mode=cfg.vllm_enable_sleep,
         processed_logprobs=cfg.rollout_correction != "off",  # log-probs after temperature, as the trainer's
         seed=cfg.seed,
-        # LoRA, adapter-only sync: vLLM's LoRA support, the adapters of the versions still generating registered
+        # LoRA, adapter-only sync: vLLM's LoRA support with one adapter slot (a sync waits for the rollouts launched
+        # before it, so no request of an older version is ever added after it)
         lora_rank=cfg.lora_rank if cfg.use_lora and cfg.lora_sync == "adapter" else 0,
-        lora_versions=cfg.async_staleness + 1,
+        lora_versions=1,
     )
     stack.callback(logged, lambda: _shutdown_engines(engines))
     return engines

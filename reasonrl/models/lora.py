@@ -118,7 +118,9 @@ def add_adapters(model, settings: LoraSettings):
     problems = target_problems(model, settings.target_modules)
     if problems:
         raise ValueError("; ".join(problems))
-    return get_peft_model(model, _peft_config(settings))
+    # the adapters in the base model's dtype (PEFT would upcast them to fp32 beside a bf16 base): DeepSpeed's bf16
+    # training keeps fp32 master copies itself, and its ZeRO-3 partitions and the sync expect one dtype
+    return get_peft_model(model, _peft_config(settings), autocast_adapter_dtype=False)
 
 
 def is_adapted(model) -> bool:

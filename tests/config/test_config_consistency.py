@@ -77,3 +77,21 @@ def test_colocate_all_on_gpu_needs_sleep_and_a_utilisation_that_leaves_room():
     assert _check_colocation(dataclasses.replace(greedy, device="auto"), {"CPU": 8.0}) == []
     split = recipe_config("qwen32b_ppo")()  # vLLM on its own devices, never asleep: fine
     assert _check_colocation(split, {"GPU": 128.0}) == []
+
+
+def test_lora_fields_their_ranges_and_the_reference_they_need_not_place():
+    """With LoRA the reference is the policy's adapter switched off: a KL term needs no reference nodes and none is
+    placed. Dropout is refused in RL (it would skew the PPO ratio); the adapter-only sync needs adapters."""
+    base = dict(pretrain="tiny", device="cpu", generate_max_len=512, kl_mode="loss", init_kl_coef=1e-3)
+    lora = BasePPOExpConfig(**base, lora_rank=8, ref_num_nodes=0)
+    lora.validate()
+    assert lora.reference_in_policy and lora.role_resources()["ref"].num_nodes == 0
+    with pytest.raises(ConfigError, match="needs a reference model but ref_num_nodes=0"):
+        BasePPOExpConfig(**base, ref_num_nodes=0).validate()
+    bad = BasePPOExpConfig(**base, lora_rank=8, lora_dropout=0.05, lora_alpha=0, lora_target_modules=[])
+    with pytest.raises(ConfigError) as err:
+        bad.validate()
+    for expected in ("lora_dropout=0.05: must be 0 in RL", "lora_alpha=0", "lora_target_modules=[]"):
+        assert expected in str(err.value), (expected, str(err.value))
+    with pytest.raises(ConfigError, match="lora_sync='adapter': adapter needs LoRA adapters"):
+        BasePPOExpConfig(**base, lora_sync="adapter").validate()
