@@ -367,8 +367,12 @@ class WeightSyncer:
                 keep = KeepSent.NONE if not keeps else KeepSent.NEW if k == 0 else KeepSent.ADD
                 send = ("send_bucket", names, self.transport, keep, share_ranks)
                 if self.transport == "broadcast":  # the engines wait for the broadcast the ranks are about to send
-                    loads += self.engine_loads(k, layout, None)
-                    sent = await gather_all(self.policy.call_async(*send))
+                    receives = self.engine_loads(k, layout, None)
+                    loads += receives
+                    sends = self.policy.call_async(*send)
+                    # awaited together: an engine that dies fails the sync at once, while rank 0 would wait in the
+                    # broadcast for it until the group's timeout
+                    sent = (await gather_all([*sends, *receives]))[: len(sends)]
                 elif self.transport == "ipc":  # one bucket shared at a time: the sender frees the last one first
                     await gather_all(loads)
                     sent = await gather_all(self.policy.call_async(*send))
