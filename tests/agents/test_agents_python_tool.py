@@ -33,6 +33,16 @@ def test_infinite_loop_times_out(tool):
         tool("while True:\n    pass")
 
 
+def test_the_cpu_time_limit_reads_as_the_timeout(tool):
+    """Under load the sandbox's CPU-time limit (SIGXCPU) can end a loop before the wall-clock deadline: the model is
+    told the same thing as for the deadline."""
+    from types import SimpleNamespace
+
+    result = SimpleNamespace(status="ok", detail="", stderr="")
+    text = tool._failure(result, {"s": "killed", "sig": "SIGXCPU", "e": ""})
+    assert text == "the program did not finish within 1 s (CPU time)"
+
+
 def test_long_output_is_cut_in_the_middle(tool):
     out = tool("print('a' * 5000 + 'b' * 5000)")
     assert out.startswith("a") and out.rstrip().endswith("b") and "cut" in out and len(out) < 300
