@@ -24,7 +24,7 @@ MARGIN = 0.08  # held-out accuracy points after STEPS steps, over the step-0 val
 
 @pytest.fixture(scope="module")
 def warm_start(ray_cluster, tmp_path_factory):
-    """The real ``arith-sft`` folder: trained once by the SFT trainer (~2 min on 2 cores), then cached."""
+    """The real ``arith-sft`` folder: trained once by the SFT trainer (~1 min on 2 cores), then cached."""
     from reasonrl.sft.warm_start import warm_start_path
 
     return warm_start_path(log_dir=str(tmp_path_factory.mktemp("warm_start_logs")))

@@ -26,7 +26,7 @@ MARGIN = 0.05  # held-out pass-rate points after STEPS steps, over the step-0 va
 
 @pytest.fixture(scope="module")
 def warm_start(ray_cluster, tmp_path_factory):
-    """The real ``code-sft`` folder: trained once by the SFT trainer (~2 min on 2 cores), then cached."""
+    """The real ``code-sft`` folder: trained once by the SFT trainer (~30 s on 2 cores), then cached."""
     from reasonrl.sft.warm_start import code_warm_start_path
 
     return code_warm_start_path(log_dir=str(tmp_path_factory.mktemp("warm_start_logs")))

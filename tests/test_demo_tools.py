@@ -24,7 +24,7 @@ MARGIN = 0.05  # held-out accuracy points after STEPS steps, over the step-0 val
 
 @pytest.fixture(scope="module")
 def warm_start(ray_cluster, tmp_path_factory):
-    """The real ``tools-sft`` folder: trained once by the SFT trainer (~4.5 min on 2 cores), then cached."""
+    """The real ``tools-sft`` folder: trained once by the SFT trainer (~1.5 min on 2 cores), then cached."""
     from reasonrl.sft.warm_start import tools_warm_start_path
 
     return tools_warm_start_path(log_dir=str(tmp_path_factory.mktemp("warm_start_logs")))

@@ -100,10 +100,13 @@ def assert_nothing_left(tag: str, shm_before: set[str], grace: float = 30.0) -> 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> dict[int, dict]:
-    """The metrics of an uninterrupted 5-step run (the same config as every scenario below)."""
+    """The metrics of an uninterrupted 5-step run (the same config as every scenario below); a clean exit leaves no
+    process of the run (Ray's, vLLM's, the reward workers') and nothing in /dev/shm behind."""
     root = tmp_path_factory.mktemp("reference")
-    proc, _ = start(root)
+    shm_before = shm()
+    proc, tag = start(root)
     assert proc.wait(timeout=600) == 0
+    assert_nothing_left(tag, shm_before)
     return deterministic_rows(root / "logs" / "stop")
 
 

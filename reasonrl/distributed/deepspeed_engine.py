@@ -24,6 +24,9 @@ torch 2.13; measured on CPU unless marked otherwise):
   parameter offload or without an optimizer. See :func:`offload_states` for what we do about each case.
 * The LR scheduler is a client ``LambdaLR`` handed to ``deepspeed.initialize``: the engine steps it after every
   applied optimizer step and stores its ``state_dict`` in the checkpoint's model-states file.
+* On CPU every process group builds DeepSpeed's shared-memory collective op (``ShareMemCommBuilder``, a g++ JIT
+  build of ~25 s, cached per Python environment in ``~/.cache/torch_extensions``); :func:`build_cpu_comm_op` builds
+  it at install time (``python -m reasonrl.prepare``) so the first run does not pay it.
 """
 
 from __future__ import annotations
@@ -49,6 +52,21 @@ from reasonrl.distributed.platform import apply_cpu_threads, apply_runtime_env, 
 
 CLIENT_STATE_KEY = "reasonrl_client_state"  # our client_state lives under this one key of the DeepSpeed checkpoint
 DEFAULT_BUCKET_BYTES = 256 * 1024**2
+
+
+def build_cpu_comm_op() -> str | None:
+    """Build (or load, when cached) DeepSpeed's shared-memory collective op of CPU process groups through its public
+    op builder, as ``deepspeed.comm`` would on its first group. Returns the op's name, or None where the machine's
+    accelerator has no such op (GPU machines) or DeepSpeed reports it incompatible."""
+    apply_runtime_env()  # the variables the workers see, so the cached build is the one they load
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
+        return None
+    builder.load(verbose=False)
+    return builder.absolute_name()
 
 
 def init_distributed(

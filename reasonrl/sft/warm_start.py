@@ -5,7 +5,7 @@ this module registers the ``arith-sft`` builder in :mod:`reasonrl.config.offline
 A small random Qwen2 (``tiny-demo``, ~5M parameters) is fine-tuned by :func:`reasonrl.sft.train_sft` on 2-digit
 addition (``arith_add2_train``: ``"47+85="`` -> ``"132"``) for a deliberately SHORT schedule, so that it stops at
 a partial held-out accuracy (~60-65% greedy on ``arith_add2_heldout``, measured on a 2-core CPU) that RL then
-improves. Built once per machine (~2 min on 2 cores), reused afterwards::
+improves. Built once per machine (~70 s on 2 cores, both used by its one rank), reused afterwards::
 
     path = warm_start_path()                 # <cache>/models/sft-<hash>/, an HF folder vLLM and transformers load
 
@@ -30,6 +30,7 @@ from loguru import logger
 from reasonrl.config.offline_models import register_offline_model
 from reasonrl.models import named as _named  # noqa: F401  (registers tiny-demo, the base model of arith-sft)
 from reasonrl.sft.config import SFTConfig
+from reasonrl.utils.cpus import usable_cores
 from reasonrl.utils.paths import cache_root
 
 BUILD_VERSION = 1  # bump when train_sft changes what the same config produces
@@ -42,6 +43,7 @@ BUILD_VERSION = 1  # bump when train_sft changes what the same config produces
 #   115 steps (this setting): tools-sft 56% (93% copied; the misses copy the tool's result wrong), build 261 s
 #   (~195 s of training at ~1.7 s/step, plus start-up): over the ~150 s goal.
 # The old task (3-4 x 2-4 digits, "What is 4821 * 937?", batch 64): 0% after 60 steps (240 s), nothing copied.
+# Those builds ran one torch thread; with both cores (torch_threads below): 96 s, 0.65 s/step, the same weights.
 TOOLS_SFT_STEPS = 115
 
 
@@ -68,6 +70,9 @@ class ArithWarmStartConfig(SFTConfig):
     train_batch_size: int = 64
     zero_stage: int = 0
     device: str = "cpu"
+    # One rank alone on the machine: it may use the cores (up to 4; more only adds overhead on a 5M model). Not a
+    # weight field (the cache key ignores it); measured bit-identical weights with 1 and 2 threads, 1.4x faster.
+    torch_threads: int | None = dataclasses.field(default_factory=lambda: min(4, usable_cores()))
 
 
 @dataclasses.dataclass

@@ -14,3 +14,11 @@ def local_ray_cpus(on_gpu: bool) -> int | None:
     machine's cores but at least :data:`CPU_OVERSUBSCRIBE_MIN` (the actors mostly wait on each other, so
     time-sharing the cores is fine)."""
     return None if on_gpu else max(CPU_OVERSUBSCRIBE_MIN, os.cpu_count() or 1)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS reports one, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

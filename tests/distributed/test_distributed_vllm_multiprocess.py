@@ -4,11 +4,16 @@ CPU runs use the in-process engine (``platform.runtime_env_vars``); on GPU place
 are separate processes, where ``collective_rpc`` cannot carry tensors (msgpack), so ``VLLMEngine.load_packed`` sends
 each bucket as the raw bytes of its flat buffers to a function that runs in the worker. This test starts one engine
 actor in that mode (the test session's Ray cluster) and checks generation and a bucketed weight sync against
-transformers, by both transports.
+transformers, by both transports; the last test shuts it down and finds none of its processes or /dev/shm ring
+buffers left (the leak-prone mode: an engine core and a worker process per engine).
 """
 
 from __future__ import annotations
 
+import os
+import time
+
+import psutil
 import pytest
 import ray
 import torch
@@ -28,8 +33,23 @@ def hf_prompt_logprobs(model, ids: list[int]) -> torch.Tensor:
     return torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
 
 
+def shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def vllm_process_pids() -> set[int]:
+    """vLLM's engine-core and worker processes (named ``VLLM::...``)."""
+    return {p.pid for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("VLLM")}
+
+
 @pytest.fixture(scope="module")
-def mp_engine(ray_cluster, tiny_model_dir):
+def before_engine() -> tuple[set[str], set[int]]:
+    """/dev/shm entries and vLLM processes before the module's engine starts."""
+    return shm_entries(), vllm_process_pids()
+
+
+@pytest.fixture(scope="module")
+def mp_engine(ray_cluster, tiny_model_dir, before_engine):
     (engine,) = create_vllm_engines(
         1,
         str(tiny_model_dir),
@@ -38,8 +58,12 @@ def mp_engine(ray_cluster, tiny_model_dir):
         max_model_len=256,
     )
     ray.get(engine.ready.remote(), timeout=300)
+    assert vllm_process_pids() - before_engine[1], "multiprocess mode started no VLLM process"
     yield engine
-    ray.get(engine.shutdown.remote(), timeout=120)  # multiprocess mode owns /dev/shm ring buffers: free them
+    try:  # the last test shuts it down itself
+        ray.get(engine.shutdown.remote(), timeout=120)  # multiprocess mode owns /dev/shm ring buffers: free them
+    except ray.exceptions.RayActorError:
+        pass
     ray.kill(engine)
 
 
@@ -108,3 +132,20 @@ def test_broadcast_transport_reaches_the_worker_process(mp_engine, tiny_model_di
     err, moved = (after - hf_prompt_logprobs(model, probe)).abs().max(), (after - before).abs().max()
     print(f"broadcast sync in {len(buckets)} buckets: max |vLLM - HF| = {err:.2e}, the probe moved by {moved:.3f}")
     assert moved > 1e-2 and err < 1e-4
+
+
+def test_shutdown_leaves_no_engine_process_and_no_shared_memory(mp_engine, before_engine):
+    """``VLLMEngine.shutdown`` then killing the actor: the engine core and worker processes end and their /dev/shm
+    ring buffers are freed (within 30 s, the time to reap them). The Ray side of a clean exit is checked by the
+    uninterrupted run of tests/test_exp_stop_restart.py (no process of the run outlives it, nothing in /dev/shm)."""
+    shm_before, vllm_before = before_engine
+    ray.get(mp_engine.shutdown.remote(), timeout=120)
+    ray.kill(mp_engine)
+    deadline = time.monotonic() + 30
+    while True:
+        left, leaked = vllm_process_pids() - vllm_before, sorted(shm_entries() - shm_before)
+        if (not left and not leaked) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not left, f"vLLM processes still running after shutdown: {sorted(left)}"
+    assert not leaked, f"/dev/shm entries left behind: {leaked}"
