@@ -2,7 +2,8 @@
 shut everything down (no process started by the run outlives it, nothing left in /dev/shm), exit non-zero, and
 the run resumes from the checkpoint written on the way out. A killed engine or DeepSpeed rank is restarted in the
 same process and the run ends as an uninterrupted one. The tiny recipe's reward (digit fraction) changes the
-weights every step, so equal metrics are not trivially equal.
+weights every step, so equal metrics are not trivially equal. Each process start costs ~20 s, so scenarios share
+runs: the resume from a damaged checkpoint is also the run whose engine and policy rank are killed.
 
 Every process the run starts is found by a tag in its environment (Ray workers, raylet, GCS, agents, vLLM and the
 reward workers all inherit the driver's environment), so other Ray instances on the machine do not disturb it.
@@ -65,7 +66,7 @@ def start(tmp_path: Path, *overrides: str) -> tuple[subprocess.Popen, str]:
         f"ckpt_dir={tmp_path / 'ckpt'}",
         f"log_dir={tmp_path / 'logs'}",
         "exp_name=stop",
-        "max_steps=5",
+        "max_steps=7",
         "eval_before_training=false",
         "eval_interval=0",
         "eval_data=",
@@ -100,7 +101,7 @@ def assert_nothing_left(tag: str, shm_before: set[str], grace: float = 30.0) -> 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> dict[int, dict]:
-    """The metrics of an uninterrupted 5-step run (the same config as every scenario below); a clean exit leaves no
+    """The metrics of an uninterrupted 7-step run (the same config as every scenario below); a clean exit leaves no
     process of the run (Ray's, vLLM's, the reward workers') and nothing in /dev/shm behind."""
     root = tmp_path_factory.mktemp("reference")
     shm_before = shm()
@@ -126,11 +127,13 @@ def complete_checkpoints(ckpt: Path) -> list[str]:
     return sorted((p.name for p in ckpt.glob("step_*") if (p / "COMPLETE").exists()), key=lambda n: int(n[5:]))
 
 
-def test_sigterm_saves_then_kill_9_loses_only_unsaved_steps_and_resume_skips_a_damaged_checkpoint(tmp_path, reference):
+def test_sigterm_kill_9_damaged_checkpoint_and_killed_actors_then_the_run_matches(tmp_path, reference):
     """SIGTERM after step 1 saves and exits 143; a resumed run (saving every step) SIGKILLed once it has two complete
     checkpoints leaves no process behind (the reaper ends Ray's agents, which outlive a killed driver otherwise);
-    the newest checkpoint is then damaged (bytes cut after it committed): the next resume sets it aside, falls back
-    to the one before, and ends as an uninterrupted run."""
+    the newest checkpoint is then damaged (bytes cut after it committed): the next resume sets it aside and falls
+    back to the one before. In that run the vLLM engine is killed (kill -9) after its first saved step and a
+    DeepSpeed policy rank after the next: it restarts its actors, resumes from its newest checkpoint in the same
+    process, and ends with the metrics of an uninterrupted run."""
     shm_before = shm()
     run_dir = tmp_path / "logs" / "stop"
     ckpt = tmp_path / "ckpt" / "stop"
@@ -155,17 +158,34 @@ def test_sigterm_saves_then_kill_9_loses_only_unsaved_steps_and_resume_skips_a_d
     resumed.kill()
     resumed.wait(timeout=30)
     assert_nothing_left(tag2, shm_before)
-    newest = complete_checkpoints(ckpt)[-1]
-    assert newest != "step_5", "the run ended before it was killed"
+    *_, before_newest, newest = complete_checkpoints(ckpt)
+    resume_step = int(before_newest[5:])
+    assert resume_step <= 4, f"the run went too far before it was killed: {complete_checkpoints(ckpt)}"
     state = ckpt / newest / "trainer_state.json"
     state.write_bytes(state.read_bytes()[:-5])
-    # resume=auto: the damaged newest is set aside, the run resumes from the one before, to the end
-    final, tag3 = start(tmp_path)
+    # resume=auto: the damaged newest is set aside, the run resumes from the one before, loses two actors, finishes
+    final, tag3 = start(tmp_path, "save_interval=1", "keep_last_ckpts=2", "max_restarts=2")
+    wait_for_checkpoint(final, ckpt, resume_step + 1, after=newest)
+    kill_actor(tag3, "VLLMEngine")
+    wait_for_checkpoint(final, ckpt, resume_step + 2, after=newest)
+    kill_actor(tag3, "PolicyWorker")
     assert final.wait(timeout=600) == 0
     assert_nothing_left(tag3, shm_before)
     assert list(ckpt.glob(f"{newest}.damaged-*")), sorted(p.name for p in ckpt.iterdir())
-    assert (ckpt / "step_5" / "COMPLETE").exists()
+    assert (ckpt / "step_7" / "COMPLETE").exists()
+    log = (tmp_path / f"driver-{tag3[:6]}.log").read_text()
+    assert log.count("a worker died") == 2, "expected two restarts"
     assert_same_metrics(reference, deterministic_rows(run_dir))
+
+
+def wait_for_checkpoint(proc: subprocess.Popen, ckpt: Path, step: int, after: str, timeout: float = 420) -> None:
+    """Until the run has set ``after`` aside as damaged and then completed ``step_<step>`` (a resumed run re-logs
+    steps an earlier run logged, so its metrics cannot tell; the damaged checkpoint may be ``step_<step>`` itself)."""
+    deadline = time.monotonic() + timeout
+    while not (list(ckpt.glob(f"{after}.damaged-*")) and (ckpt / f"step_{step}" / "COMPLETE").exists()):
+        assert proc.poll() is None, f"the run ended early with {proc.returncode}"
+        assert time.monotonic() < deadline, f"step_{step} not saved in {timeout}s"
+        time.sleep(0.1)
 
 
 def test_ctrl_c_once_saves_then_the_resumed_run_stopped_by_ctrl_c_twice_stops_at_once(tmp_path):
@@ -216,22 +236,3 @@ def kill_actor(tag: str, actor: str) -> int:
 def deterministic_rows(run_dir: Path) -> dict[int, dict]:
     rows = metrics_by_step(read_metrics(run_dir / "metrics.jsonl"))
     return {step: {k: v for k, v in row.items() if not k.startswith(RUN_TO_RUN_PREFIXES)} for step, row in rows.items()}
-
-
-def test_killed_engine_and_policy_worker_are_restarted_and_the_run_matches(tmp_path, reference):
-    """kill -9 the vLLM engine after step 1 and a DeepSpeed policy rank after step 3: the run restarts its actors,
-    resumes from the newest checkpoint in the same process, and ends with the metrics of an uninterrupted run. (A
-    damaged checkpoint at resume: the SIGTERM scenario above.)"""
-    common = ("save_interval=1", "keep_last_ckpts=2", "max_restarts=2")
-    shm_before = shm()
-    run_dir = tmp_path / "logs" / "stop"
-    proc, tag = start(tmp_path, *common)
-    wait_for_step(proc, run_dir, 1)
-    kill_actor(tag, "VLLMEngine")
-    wait_for_step(proc, run_dir, 3)
-    kill_actor(tag, "PolicyWorker")
-    assert proc.wait(timeout=600) == 0
-    assert_nothing_left(tag, shm_before)
-    log = next(tmp_path.glob("driver-*.log")).read_text()
-    assert log.count("a worker died") == 2, "expected two restarts"
-    assert_same_metrics(reference, deterministic_rows(run_dir))
