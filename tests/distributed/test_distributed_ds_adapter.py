@@ -89,6 +89,21 @@ def test_fp32_accumulation_is_what_bf16_training_gets_and_it_is_exact():
     assert result["bf16"] > 1e-3
 
 
+def test_the_cpu_collective_op_is_built_once_and_loaded_from_the_cache():
+    """``python -m reasonrl.prepare`` (make install) builds DeepSpeed's shared-memory collective op of CPU groups; a
+    later call loads the cached build (the one the workers load: same environment) and names it."""
+    assert ds.build_cpu_comm_op() == "deepspeed.ops.comm.deepspeed_shm_comm_op"
+
+
+def test_no_cpu_collective_op_where_the_accelerator_has_none(monkeypatch):
+    """GPU accelerators have no ``ShareMemCommBuilder``: nothing is built."""
+    import deepspeed.accelerator
+
+    accelerator = SimpleNamespace(create_op_builder=lambda name: None)
+    monkeypatch.setattr(deepspeed.accelerator, "get_accelerator", lambda: accelerator)
+    assert ds.build_cpu_comm_op() is None
+
+
 def test_eval_config_for_frozen_models():
     cfg = ds_config.build_ds_config(train=False, offload_params=True, offload_optimizer=True)
     assert "gradient_clipping" not in cfg and "zero_allow_untested_optimizer" not in cfg
