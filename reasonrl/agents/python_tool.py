@@ -77,8 +77,6 @@ class PythonTool:
         status = test.get("s") if test is not None else result.status
         if status == "timeout" or result.status == "timeout":
             head = f"the program did not finish within {self.timeout_s:g} s"
-        elif test is not None and test.get("sig") == "SIGXCPU":  # the CPU-time limit, which races the wall clock
-            head = f"the program did not finish within {self.timeout_s:g} s (CPU time)"
         elif test is not None and test.get("sig"):
             head = f"the program was killed ({test['sig']})"
         elif test is not None and test.get("code") not in (None, 1):

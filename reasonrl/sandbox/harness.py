@@ -37,6 +37,7 @@ import time
 from _json import encode_basestring_ascii as _quote
 
 SIGKILL = 9
+SIGXCPU = 24  # the CPU-time limit's signal (Linux); the signal module is not imported here (see above)
 SIGNAL_NAMES = {4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 11: "SIGSEGV", 24: "SIGXCPU"}
 SIGNAL_NAMES |= {25: "SIGXFSZ", 13: "SIGPIPE", 15: "SIGTERM", 31: "SIGSYS"}
 
@@ -524,13 +525,14 @@ def _read_capped(path, cap):
 
 
 def outcome(status, elapsed, tag):
-    """Per-test result: ``s`` in ok / error / timeout / killed, with the signal or exit code and stderr's tail."""
+    """Per-test result: ``s`` in ok / error / timeout / killed, with the signal or exit code and stderr's tail.
+    SIGXCPU is a timeout: the CPU-time limit is the test's time left, and it can fire before the wall deadline."""
     if status is None:
         return {"s": "timeout", "t": elapsed, "e": _tail(f"err{tag}")}
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         name = SIGNAL_NAMES.get(sig, f"signal {sig}")
-        return {"s": "killed", "t": elapsed, "sig": name, "e": _tail(f"err{tag}")}
+        return {"s": "timeout" if sig == SIGXCPU else "killed", "t": elapsed, "sig": name, "e": _tail(f"err{tag}")}
     code = os.WEXITSTATUS(status)
     err = _tail(f"err{tag}")
     if code != 0:
