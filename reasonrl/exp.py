@@ -47,8 +47,14 @@ class BasePPOExp:
 
         rows: list[dict] = []
         for source in self.cfg.train_data:
-            rows += load_rows(source, fields=self.cfg.data_fields).rows
+            rows += load_rows(source, fields=self.cfg.data_fields, **self._image_options()).rows
         return rows
+
+    def _image_options(self) -> dict:
+        """How vision-language rows' images are read: sized into [min_pixels, max_pixels], at most
+        max_images_per_prompt each."""
+        c = self.cfg
+        return dict(min_pixels=c.min_pixels, max_pixels=c.max_pixels, max_images=c.max_images_per_prompt)
 
     def load_eval_sets(self) -> dict[str, list[dict]]:
         """Rows of each ``cfg.eval_data`` source, keyed by a unique readable name (``eval_set_names``)."""
@@ -57,7 +63,8 @@ class BasePPOExp:
 
         sources = self.cfg.eval_data
         names = eval_set_names(sources)
-        return {name: load_rows(s, fields=self.cfg.data_fields).rows for name, s in zip(names, sources, strict=True)}
+        options = dict(fields=self.cfg.data_fields, **self._image_options())
+        return {name: load_rows(s, **options).rows for name, s in zip(names, sources, strict=True)}
 
     def build_scorer(self):
         from reasonrl.loop.scoring import build_scorer

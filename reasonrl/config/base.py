@@ -133,6 +133,11 @@ class BasePPOExpConfig(DerivedValues):
         "engines serve a plain model) or adapter (the engines keep the base model and each sync sends the adapter "
         "only, through vLLM's LoRA support: ~1% of the bytes at rank 32 on 7B, generation somewhat slower)",
     )
+    freeze_vision_tower: bool = _mod(
+        False,
+        "vision-language models: keep the vision tower (image encoder) frozen; only the connector and the language "
+        "model train, and the weight sync sends only what trains (docs/vision.md)",
+    )
     lora_target_modules: list[str] = _mod(
         doc="linear layers that get adapters: last parts of module names (q_proj,v_proj or self_attn.o_proj), "
         "checked against the model before start-up, or all-linear (every linear layer but the output head)",
@@ -169,6 +174,17 @@ class BasePPOExpConfig(DerivedValues):
         "only to measure accuracy on training questions on purpose",
     )
     max_prompt_len: int = _dat(1024, "prompts longer than this many tokens are truncated (left) or dropped")
+    min_pixels: int | None = _dat(
+        None,
+        "vision-language rows: images smaller than this many pixels (width x height) are scaled up, aspect ratio "
+        "kept, when the data is loaded (EasyR1: 262144); None = as stored",
+    )
+    max_pixels: int | None = _dat(
+        None,
+        "vision-language rows: images larger than this many pixels are scaled down when the data is loaded, so "
+        "that their image tokens fit max_prompt_len (EasyR1: 4194304); None = as stored",
+    )
+    max_images_per_prompt: int = _dat(1, "vision-language rows: most images one prompt may hold (vLLM's limit)")
     reward_fn: str | None = _dat(
         None, "None = ORZ math reward; else a user function 'path/to/file.py:fn' or 'package.module:fn'"
     )

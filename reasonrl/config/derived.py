@@ -42,6 +42,17 @@ class DerivedValues:
         return self.lora_rank > 0
 
     @property
+    def is_vision_model(self) -> bool:
+        """True iff ``pretrain`` is a vision-language model: its folder's ``config.json`` has a ``vision_config``
+        (resolves the model: call it once the model is known to load)."""
+        import json
+        from pathlib import Path
+
+        path = self.resolve_model_path(self.pretrain)
+        config = Path(path) / "config.json" if path else None
+        return bool(config and config.is_file() and "vision_config" in json.loads(config.read_text()))
+
+    @property
     def reference_in_policy(self) -> bool:
         """True iff the reference log-probs come from the policy workers with the adapter switched off (LoRA): no
         reference role is placed."""

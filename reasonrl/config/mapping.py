@@ -100,6 +100,8 @@ def worker_config(cfg: BasePPOExpConfig, role: str, *, num_rollout_steps: int | 
         )
         if rollout_steps is not None:
             kwargs["total_steps"] = max(rollout_steps * per_rollout, 1)
+        if role == "policy" and cfg.freeze_vision_tower:
+            kwargs["freeze_vision_tower"] = True
         if role == "policy" and cfg.use_lora:
             kwargs |= dict(
                 lora_rank=cfg.lora_rank,

@@ -3,8 +3,8 @@
 The config layer knows each name and its context length (validation needs both, and must stay light); the code that
 builds a model lives above it and registers a builder here when it is imported (dependencies point down)::
 
-    reasonrl.models.named     registers tiny, tiny-demo, tiny-code, smollm2
-    reasonrl.sft.warm_start   registers arith-sft, code-sft, tools-sft, tools-sft-notool (and imports
+    reasonrl.models.named     registers tiny, tiny-demo, tiny-code, smollm2, tiny-vlm
+    reasonrl.sft.warm_start   registers arith-sft, code-sft, tools-sft, tools-sft-notool, vision-sft (and imports
                               reasonrl.models.named: tiny-demo is its base)
 
 Every runner imports them before it resolves a model: ``reasonrl.exp``, ``reasonrl.eval`` and any ``reasonrl.sft``
@@ -26,10 +26,12 @@ OFFLINE_MODELS = {
     "tiny-demo": 256,
     "tiny-code": 256,
     "smollm2": 8192,
+    "tiny-vlm": 256,
     "arith-sft": 256,
     "code-sft": 256,
     "tools-sft": 256,
     "tools-sft-notool": 256,
+    "vision-sft": 256,
 }
 
 # name -> the module that registers its builder (for the message when it was not imported).
@@ -38,10 +40,12 @@ _REGISTERED_BY = {
     "tiny-demo": "reasonrl.models.named",
     "tiny-code": "reasonrl.models.named",
     "smollm2": "reasonrl.models.named",
+    "tiny-vlm": "reasonrl.models.named",
     "arith-sft": "reasonrl.sft.warm_start",
     "code-sft": "reasonrl.sft.warm_start",
     "tools-sft": "reasonrl.sft.warm_start",
     "tools-sft-notool": "reasonrl.sft.warm_start",
+    "vision-sft": "reasonrl.sft.warm_start",
 }
 
 _BUILDERS: dict[str, Callable[[], Path]] = {}

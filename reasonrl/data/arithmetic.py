@@ -27,6 +27,7 @@ from pathlib import Path
 
 from reasonrl.data.code_tasks import CodeTaskSet
 from reasonrl.data.tool_tasks import ToolMulTask, ToolTraceSet
+from reasonrl.data.vision_tasks import DotCountTask
 from reasonrl.utils.paths import atomic_directory, cache_root
 
 OPS = {"add": ("+", lambda a, b: a + b), "sub": ("-", lambda a, b: a - b), "mul": ("*", lambda a, b: a * b)}
@@ -91,7 +92,7 @@ class ArithmeticTask:
         return rows
 
 
-GeneratedTask = ArithmeticTask | CodeTaskSet | ToolMulTask | ToolTraceSet
+GeneratedTask = ArithmeticTask | CodeTaskSet | ToolMulTask | ToolTraceSet | DotCountTask
 
 
 def task_files(task: GeneratedTask, cache_dir: Path | None = None) -> tuple[Path, Path]:
@@ -100,6 +101,9 @@ def task_files(task: GeneratedTask, cache_dir: Path | None = None) -> tuple[Path
     if not (folder / "heldout.jsonl").exists():
         with atomic_directory(folder) as tmp:
             for split in ("train", "heldout"):
+                if hasattr(task, "write_split"):  # rows with files of their own (the pictures of a visual task)
+                    task.write_split(tmp, split)
+                    continue
                 lines = (json.dumps(row) + "\n" for row in task.rows(split))
                 (tmp / f"{split}.jsonl").write_text("".join(lines), encoding="utf-8")
     return folder / "train.jsonl", folder / "heldout.jsonl"
@@ -119,6 +123,8 @@ GENERATED_DATASETS: dict[str, tuple[GeneratedTask, str]] = {
     "tool_mul_sft_heldout": (ToolTraceSet(), "heldout"),
     "tool_mul_notool_sft_train": (ToolTraceSet(use_tool=False), "train"),
     "tool_mul_notool_sft_heldout": (ToolTraceSet(use_tool=False), "heldout"),
+    "dots_train": (DotCountTask(), "train"),
+    "dots_heldout": (DotCountTask(), "heldout"),
 }
 
 

@@ -56,6 +56,7 @@ from loguru import logger
 
 from reasonrl.data.chat import last_user_text, split_messages
 from reasonrl.data.code_rows import CODE, is_route_name, normalize_tests, tests_fingerprint
+from reasonrl.data.images import image_arrays, images_fingerprint, load_row_images
 from reasonrl.data.overlap import question_key
 from reasonrl.data.records import iter_file, iter_folder, iter_hub
 from reasonrl.data.sources import (
@@ -355,6 +356,8 @@ class _Duplicates:
         answer = row["answer"]
         if isinstance(row.get("tests"), dict):  # a code row: its tests tell rows of one prompt apart
             answer = f"{answer}\x00{tests_fingerprint(row['tests'])}"
+        if row.get("images"):  # a vision-language row: its pictures tell rows of one question apart
+            answer = f"{answer}\x00{images_fingerprint(row['images'])}"
         text = (question_key(row["question"]), answer)
         first = self.by_text.get(text)
         if first is not None:
@@ -378,6 +381,9 @@ def load_rows(
     duplicates: str = "keep",
     max_logged: int = 5,
     keep_reply: bool = False,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    max_images: int | None = None,
 ) -> LoadResult:
     """Load and normalise rows (see the module docstring).
 
@@ -399,6 +405,9 @@ def load_rows(
             same id); either way they are counted in ``num_duplicates`` and logged.
         keep_reply: chat rows keep the turns after their prompt in ``reply_messages`` (SFT on conversations); the
             answer field becomes optional.
+        min_pixels, max_pixels, max_images: rows with an ``images`` field (vision-language): each image is read
+            (paths relative to the data file's folder, or bytes), decoded, scaled into ``[min_pixels, max_pixels]``
+            and kept as a uint8 ``[H, W, 3]`` array; a row holds at most ``max_images`` (:mod:`reasonrl.data.images`).
 
     Raises:
         DataFormatError: a malformed row (``on_error="raise"``), an unreadable file, or a source without rows.
@@ -450,6 +459,17 @@ def load_rows(
             row = normalize_record(
                 record, mapping, answer_from, f"{name}-{index}", name, chosen, index=at, keep_reply=keep_reply
             )
+            if row.get("images") is not None:
+                base_dir = None if path is None else path if path.is_dir() else path.parent
+                found = load_row_images(
+                    row,
+                    base_dir,
+                    f"{where} (id {row['id']!r})",
+                    min_pixels=min_pixels,
+                    max_pixels=max_pixels,
+                    max_images=max_images,
+                )
+                row["images"] = image_arrays(found)
         except (DataFormatError, KeyError, ValueError, TypeError) as exc:
             message = str(exc) if isinstance(exc, DataFormatError) else f"{where}: {exc.args[0] if exc.args else exc}"
             if on_error == "raise":

@@ -28,6 +28,9 @@ class Completion:
     turns: list[dict] | None = None  # multi-turn: [{"role", "text", "num_tokens", ...}] in order (dumps, metrics)
     env_reward: float = 0.0  # multi-turn: the environment's per-turn rewards, summed (added to the outcome reward)
     env_error: str | None = None  # multi-turn: why the environment ended this sample early (counted, logged)
+    # vision-language prompts: the prompt's images (uint8 [H, W, 3] arrays, in order; set by the generator, not the
+    # engine); ``prompt_token_ids`` then hold the image tokens as the engine expanded them
+    images: list | None = None
 
 
 @dataclasses.dataclass

@@ -62,6 +62,9 @@ class Experience:
         returns: [batch, T] critic targets, or None.
         rollout_logprobs: [batch, T] the rollout engine's log-probs of the sampled tokens (rollout-policy
             correction, ``rollout_correction``), or None.
+        images: per sample, the images of its prompt (uint8 ``[H, W, 3]`` arrays in prompt order) for a
+            vision-language model's forward passes, or None for a text run. The prompt ids hold the expanded image
+            tokens (``reasonrl.models.vision``).
     """
 
     samples: list[Sample]
@@ -72,6 +75,7 @@ class Experience:
     old_values: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     rollout_logprobs: torch.Tensor | None = None
+    images: list[list[np.ndarray]] | None = None
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -85,7 +89,7 @@ class Experience:
         for name in TOKEN_FIELDS:
             value = getattr(self, name)
             fields[name] = None if value is None else value[idx, :width]
-        return Experience(samples=samples, **fields)
+        return Experience(samples=samples, images=_pick(self.images, indices), **fields)
 
     def shard(self, num_shards: int) -> list[Experience]:
         """One part per data-parallel rank, balanced by tokens (:func:`token_balanced_shards`)."""
@@ -122,7 +126,7 @@ class Experience:
                 if value is not None:
                     fields[name] = flatten_padded(value[idx], lengths)
             loss_mask = _flat_loss_mask(self.action_mask[idx].bool(), lengths)
-        return RaggedShard.from_samples(samples, fields, loss_mask)
+        return RaggedShard.from_samples(samples, fields, loss_mask, images=_pick(self.images, indices))
 
 
 @dataclasses.dataclass
@@ -136,6 +140,7 @@ class RaggedShard:
         response_lengths: int32   [n]
         fields[name]:     float32 [sum_i R_i]          per-token values over the response tokens only, same order
         loss_mask:        bool    [sum_i R_i] or None  the loss mask over the response tokens, same order
+        images:           list [n] of lists of uint8 [H, W, 3] arrays, or None   each prompt's images (VLMs)
 
     ``fields`` names come from :data:`FLOAT_FIELDS`. Response token ``t`` of sample ``i`` exists iff ``t < R_i``
     (the span); ``loss_mask`` says which of them are trained on, holes allowed, and None means all of them (no
@@ -148,6 +153,7 @@ class RaggedShard:
     response_lengths: torch.Tensor
     fields: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     loss_mask: torch.Tensor | None = None
+    images: list[list[np.ndarray]] | None = None
 
     @classmethod
     def from_samples(
@@ -155,6 +161,8 @@ class RaggedShard:
         samples: Sequence[Sample],
         fields: dict[str, torch.Tensor] | None = None,
         loss_mask: torch.Tensor | None = None,
+        *,
+        images: Sequence[Sequence[np.ndarray]] | None = None,
     ) -> RaggedShard:
         prompt_lengths = torch.tensor([len(p) for p, _ in samples], dtype=torch.int32)
         response_lengths = torch.tensor([len(r) for _, r in samples], dtype=torch.int32)
@@ -169,7 +177,10 @@ class RaggedShard:
                 raise ValueError(f"{name}: shape {tuple(value.shape)}, expected ({int(response_lengths.sum())},)")
         loss_mask = fields.pop("loss_mask", None)
         loss_mask = None if loss_mask is None else loss_mask.bool()
-        return cls(torch.from_numpy(flat), prompt_lengths, response_lengths, fields, loss_mask)
+        if images is not None and len(images) != len(samples):
+            raise ValueError(f"images: {len(images)} entries for {len(samples)} samples")
+        images = None if images is None else [list(i) for i in images]
+        return cls(torch.from_numpy(flat), prompt_lengths, response_lengths, fields, loss_mask, images)
 
     def __len__(self) -> int:
         return len(self.prompt_lengths)
@@ -208,7 +219,8 @@ class RaggedShard:
         loss_mask = None
         if self.loss_mask is not None:
             loss_mask = _gather_segments(self.loss_mask, _starts(r_len)[idx], r_len[idx])
-        return RaggedShard(tokens, self.prompt_lengths[idx], self.response_lengths[idx], fields, loss_mask)
+        images = _pick(self.images, indices)
+        return RaggedShard(tokens, self.prompt_lengths[idx], self.response_lengths[idx], fields, loss_mask, images)
 
     def to_experience(self, width: int | None = None) -> Experience:
         """The padded :class:`Experience`: ``[n, width]`` tensors (default width: the longest response),
@@ -221,11 +233,16 @@ class RaggedShard:
         else:
             mask = padded_from_flat(self.loss_mask, r_len, width).bool()  # [n, width], False at padding
         fields = {name: padded_from_flat(v, r_len, width) for name, v in self.fields.items()}
-        return Experience(samples=self.samples, action_mask=mask, **fields)
+        return Experience(samples=self.samples, action_mask=mask, images=self.images, **fields)
 
     def select(self, indices: Sequence[int], width: int | None = None) -> Experience:
         """Like :meth:`Experience.select`: the padded sub-batch ``indices``, token tensors ``width`` columns wide."""
         return self.subset(indices).to_experience(width)
+
+
+def _pick(images: list | None, indices: Sequence[int]) -> list | None:
+    """The per-sample ``images`` entries at ``indices`` (None stays None)."""
+    return None if images is None else [images[i] for i in indices]
 
 
 def _flat_loss_mask(mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor | None:

@@ -126,23 +126,26 @@ def load_causal_lm(model_path: str, ds_config: dict[str, Any], *, dtype=None, at
     Keep the returned ``hf_ds_config`` referenced for as long as the model lives (transformers looks it up weakly).
     """
     import torch
-    from transformers import AutoModelForCausalLM
 
+    from reasonrl.models.vision import auto_model_class
+
+    model_class = auto_model_class(model_path)  # a vision-language model loads with its image-text class
     hf_ds_config = hf_zero3_config(ds_config)
     kwargs = dict(dtype=dtype or torch.float32, attn_implementation=attn_implementation)
     if hf_ds_config is not None:
-        return AutoModelForCausalLM.from_pretrained(model_path, **kwargs), hf_ds_config
+        return model_class.from_pretrained(model_path, **kwargs), hf_ds_config
     with no_zero3_init():
-        return AutoModelForCausalLM.from_pretrained(model_path, **kwargs), None
+        return model_class.from_pretrained(model_path, **kwargs), None
 
 
 def load_plain_model(model_path: str, dtype=None):
     """Load an unpartitioned HF causal LM, also in a process that holds a ZeRO-3 model (see :func:`no_zero3_init`)."""
     import torch
-    from transformers import AutoModelForCausalLM
+
+    from reasonrl.models.vision import auto_model_class
 
     with no_zero3_init():
-        return AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype or torch.float32)
+        return auto_model_class(model_path).from_pretrained(model_path, dtype=dtype or torch.float32)
 
 
 def enable_gradient_checkpointing(model) -> None:

@@ -35,7 +35,8 @@ from reasonrl.distributed.ds_config import build_ds_config
 from reasonrl.distributed.optim_setup import make_lr_scheduler
 from reasonrl.distributed.platform import dist_backend
 from reasonrl.distributed.workers import DistributedWorker
-from reasonrl.utils.hub import local_model_folder
+from reasonrl.models.vision import VisionInputs, is_vision_model
+from reasonrl.utils.hub import ModelNotOnNodeError, local_model_folder
 
 
 @dataclasses.dataclass
@@ -69,6 +70,7 @@ class WorkerConfig:
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0
     lora_target_modules: list[str] = dataclasses.field(default_factory=lambda: ["all-linear"])
+    freeze_vision_tower: bool = False  # a vision-language policy: its image encoder does not train
 
     def lora_settings(self):
         from reasonrl.models.lora import LoraSettings
@@ -144,6 +146,7 @@ class _ModelWorker(DistributedWorker):
     config: WorkerConfig
     attn_implementation: str | None = None  # resolved by _configure, on this worker
     packing: bool = False  # whether this worker's micro-batches are packed (decided by _configure)
+    vision = None  # a vision-language model's VisionInputs (decided by _configure)
 
     def _configure(self, config: WorkerConfig) -> None:
         """Keep ``config`` and decide HERE what the driver cannot know (``attention_choice.resolve_here``):
@@ -155,6 +158,17 @@ class _ModelWorker(DistributedWorker):
             config.attn_implementation, config.bf16, config.packing, f"{type(self).__name__} rank {self.rank}"
         )
         self.attn_implementation, self.packing = self._attention["attn_implementation"], self._attention["packing"]
+        self.vision = None  # a vision-language model's pixel inputs (reasonrl.models.vision), None for a text model
+        try:
+            folder = local_model_folder(config.model_path)
+        except ModelNotOnNodeError:
+            folder = None  # loading the model names the problem
+        if folder is not None and is_vision_model(folder):
+            self.vision = VisionInputs(folder)
+            self._vision_dummy = self.vision.dummy_sample(config.pad_token_id)
+            if self.packing:
+                logger.info(f"{type(self).__name__} rank {self.rank}: a vision-language model; micro-batches padded")
+            self.packing = False  # 3-D rotary positions (Qwen2-VL) are per sequence: VLM batches are never packed
 
     def attention(self) -> dict[str, Any]:
         """What this worker runs: the backend it resolved, whether it packs, its device and node (the driver logs
@@ -162,25 +176,40 @@ class _ModelWorker(DistributedWorker):
         return self._attention | {"packing": self.packing}
 
     def _micro_batches(
-        self, samples: Sequence[Sample], padded: bool | None = None
-    ) -> list[tuple[list[int], list[Sample]]]:
-        """``(indices, samples)`` per micro-batch, planned for the layout :meth:`_batch` builds (``padded=True``:
-        for a caller that always pads, the reward model)."""
+        self, samples: Sequence[Sample], padded: bool | None = None, images: Sequence | None = None
+    ) -> list[tuple[list[int], list[Sample], list | None]]:
+        """``(indices, samples, images)`` per micro-batch, planned for the layout :meth:`_batch` builds
+        (``padded=True``: for a caller that always pads, the reward model). ``images``: each sample's images (a
+        vision-language model), cut the same way; None for text. A zero-weighted dummy micro-batch of a call with
+        images holds an image too, so that every rank runs the vision tower (ZeRO-3 gathers its layers
+        collectively)."""
         padded = not self.packing if padded is None else padded
+        with_images = images is not None and self.vision is not None
         out = []
         for idx in equalised_micro_batches(samples, self.config.max_tokens_per_micro_batch, self.device, padded=padded):
-            out.append((idx, [samples[i] for i in idx] if idx else [DUMMY_SAMPLE]))
+            if idx:
+                out.append((idx, [samples[i] for i in idx], [images[i] for i in idx] if with_images else None))
+            elif with_images:
+                dummy, dummy_images = self._vision_dummy
+                out.append((idx, [dummy], [dummy_images]))
+            else:
+                out.append((idx, [DUMMY_SAMPLE], None))
         return out
 
-    def _batch(self, samples: Sequence[Sample]):
+    def _batch(self, samples: Sequence[Sample], images: Sequence | None = None):
         """The micro-batch layout: packed (one row, no padding; with ``cu_seqlens`` for the forward on
-        flash-attention) when this worker packs, else padded."""
+        flash-attention) when this worker packs, else padded; a vision-language model's batch carries the pixel
+        inputs of ``images`` (each sample's images; None: a text-only forward, e.g. the weight-sync probe)."""
         from reasonrl.models import pack_batch, pad_batch
         from reasonrl.models.attention import is_flash
 
         if self.packing:
             return pack_batch(samples, flash_varlen=is_flash(self.attn_implementation)).to(self.device)
-        return pad_batch(samples, self.config.pad_token_id).to(self.device)
+        batch = pad_batch(samples, self.config.pad_token_id)
+        if self.vision is not None and images is not None:
+            positions = None if self.vision.rope_positions_from_model else batch.position_ids
+            batch = dataclasses.replace(batch, vision=self.vision(images, batch.input_ids), position_ids=positions)
+        return batch.to(self.device)
 
     @property
     def device(self) -> torch.device:
@@ -271,6 +300,13 @@ class PolicyWorker(_ModelWorker):
             attn_implementation=self.attn_implementation,
         )
         lora = config.lora_settings()
+        if config.freeze_vision_tower:  # the image encoder keeps its weights (and, with LoRA, gets no adapter)
+            from reasonrl.models.vision import freeze_vision_tower, vision_tower_prefixes
+
+            frozen = freeze_vision_tower(model)
+            logger.info(f"policy rank {self.rank}: vision tower frozen ({frozen} tensors)")
+            if lora is not None:
+                lora = dataclasses.replace(lora, exclude_prefixes=tuple(vision_tower_prefixes(model)))
         if lora is not None:  # only the adapters train; the adapter switched off is the reference
             from reasonrl.models.lora import add_adapters
 
@@ -280,17 +316,18 @@ class PolicyWorker(_ModelWorker):
 
     @torch.no_grad()
     def compute_logprobs(
-        self, samples: Sequence[Sample], temperature: float = 1.0, with_entropy: bool = False
+        self, samples: Sequence[Sample], temperature: float = 1.0, with_entropy: bool = False, images=None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs (and entropies) of the response tokens. Collective. Returns [batch, T] CPU tensors."""
+        """Log-probs (and entropies) of the response tokens (``images``: each sample's images, a VLM). Collective.
+        Returns [batch, T] CPU tensors."""
         self.engine.eval()
-        return _forward_logprobs(self, self.engine, samples, temperature, with_entropy)
+        return _forward_logprobs(self, self.engine, samples, temperature, with_entropy, images)
 
     @torch.no_grad()
     def ragged_logprobs(self, shard: RaggedShard, temperature: float = 1.0) -> tuple[torch.Tensor, None]:
         """Log-probs of the response tokens as float32 ``[sum of response lengths]`` (no padding). Collective.
         A tuple like :meth:`compute_logprobs`'s (no entropy)."""
-        logprobs, _ = self.compute_logprobs(shard.samples, temperature)
+        logprobs, _ = self.compute_logprobs(shard.samples, temperature, images=shard.images)
         return flatten_padded(logprobs, shard.response_lengths), None
 
     @torch.no_grad()
@@ -319,11 +356,11 @@ class PolicyWorker(_ModelWorker):
 
         self.engine.train()
         loss_fn = get_policy_loss(cfg.loss)
-        micro_batches = self._micro_batches(experience.samples)
+        micro_batches = self._micro_batches(experience.samples, images=experience.images)
         metrics: dict[str, float] = {}
         tokens_seen, loss_share = 0, 0.0
-        for i, (idx, samples) in enumerate(micro_batches):
-            batch = self._batch(samples)
+        for i, (idx, samples, images) in enumerate(micro_batches):
+            batch = self._batch(samples, images)
             width = batch.num_actions
             weight = 1.0 if idx else 0.0  # dummy micro-batches keep collectives aligned but contribute nothing
             mb = experience.select(idx, width) if idx else None
@@ -455,13 +492,14 @@ class ReferenceWorker(_ModelWorker):
         return sum(p.numel() for p in self.engine.module.parameters())
 
     @torch.no_grad()
-    def compute_logprobs(self, samples: Sequence[Sample], temperature: float = 1.0):
-        return _forward_logprobs(self, self.engine, samples, temperature, False)[0]
+    def compute_logprobs(self, samples: Sequence[Sample], temperature: float = 1.0, images=None):
+        return _forward_logprobs(self, self.engine, samples, temperature, False, images)[0]
 
     @torch.no_grad()
     def ragged_logprobs(self, shard: RaggedShard, temperature: float = 1.0) -> torch.Tensor:
         """Reference log-probs as float32 ``[sum of response lengths]`` (no padding). Collective."""
-        return flatten_padded(self.compute_logprobs(shard.samples, temperature), shard.response_lengths)
+        logprobs = self.compute_logprobs(shard.samples, temperature, images=shard.images)
+        return flatten_padded(logprobs, shard.response_lengths)
 
 
 class CriticWorker(_ModelWorker):
@@ -501,7 +539,7 @@ class CriticWorker(_ModelWorker):
         micro_batches = self._micro_batches(experience.samples)
         metrics: dict[str, float] = {}
         tokens_seen, loss_share = 0, 0.0
-        for i, (idx, samples) in enumerate(micro_batches):
+        for i, (idx, samples, _) in enumerate(micro_batches):
             batch = self._batch(samples)
             values = response_values(self.engine, batch)
             mb = experience.select(idx, batch.num_actions) if idx else None
@@ -567,7 +605,7 @@ class RewardModelWorker(_ModelWorker):
         from reasonrl.models import pad_batch
 
         scores = torch.zeros(len(samples))
-        for idx, mb_samples in self._micro_batches(samples, padded=True):
+        for idx, mb_samples, _ in self._micro_batches(samples, padded=True):
             batch = pad_batch(mb_samples, self.config.pad_token_id).to(self.device)
             hidden = backbone(
                 input_ids=batch.input_ids,
@@ -583,18 +621,19 @@ class RewardModelWorker(_ModelWorker):
 
 
 # -------------------------------------------------------------------------------------------------- helpers
-def _forward_logprobs(worker, model, samples, temperature, with_entropy):
+def _forward_logprobs(worker, model, samples, temperature, with_entropy, images=None):
     from reasonrl.models import response_logprobs
 
-    return _stitch(worker, samples, lambda batch: response_logprobs(model, batch, temperature, with_entropy))
+    forward = lambda batch: response_logprobs(model, batch, temperature, with_entropy)  # noqa: E731
+    return _stitch(worker, samples, forward, images)
 
 
-def _stitch(worker, samples, forward) -> list[torch.Tensor | None]:
+def _stitch(worker, samples, forward, images=None) -> list[torch.Tensor | None]:
     """Run ``forward(batch)`` over equalised micro-batches and place each output's rows in [batch, T] tensors."""
     width = max((len(r) for _, r in samples), default=0)
     outputs: list[torch.Tensor | None] | None = None
-    for idx, mb_samples in worker._micro_batches(samples):
-        results = forward(worker._batch(mb_samples))
+    for idx, mb_samples, mb_images in worker._micro_batches(samples, images=images):
+        results = forward(worker._batch(mb_samples, mb_images))
         if outputs is None:
             outputs = [None if r is None else torch.zeros(len(samples), width) for r in results]
         if idx:

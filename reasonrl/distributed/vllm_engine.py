@@ -76,6 +76,7 @@ class VLLMEngine:
         processed_logprobs: bool = False,
         lora_rank: int = 0,
         lora_versions: int = 1,
+        max_images_per_prompt: int = 0,
         extra_engine_kwargs: dict[str, Any] | None = None,
     ):
         """``processed_logprobs``: sampled-token log-probs after temperature (and top-k / top-p), i.e. of the
@@ -85,7 +86,10 @@ class VLLMEngine:
         ``lora_rank > 0``: adapter-only weight sync (``lora_sync=adapter``). The engine serves the base model it
         loaded and the policy's adapter of each sync (:meth:`load_adapter`, vLLM's LoRA support), keeping the last
         ``lora_versions`` adapters registered (the trainer keeps one: a sync waits for the rollouts launched before
-        it, so no request of an older version is added after it)."""
+        it, so no request of an older version is added after it).
+
+        ``max_images_per_prompt > 0``: a vision-language model whose prompts carry up to that many images (vLLM's
+        ``limit_mm_per_prompt``); :meth:`generate` then takes each prompt's images."""
         apply_runtime_env()  # before vllm is imported: CPU KV-cache size, in-process engine on CPU, ...
         install_worker_log_sink(type(self).__name__)  # WARNING+ lines into the run's train.log
         from vllm import LLM
@@ -121,6 +125,9 @@ class VLLMEngine:
             kwargs["logprobs_mode"] = "processed_logprobs"
         if lora_rank:
             kwargs |= dict(enable_lora=True, max_lora_rank=vllm_lora_rank(lora_rank), max_loras=lora_versions)
+        self.max_images_per_prompt = max_images_per_prompt
+        if max_images_per_prompt:
+            kwargs["limit_mm_per_prompt"] = {"image": max_images_per_prompt}
         self.lora_versions = max(lora_versions, 1)
         self.lora_requests: list[Any] = []  # registered adapters, oldest first; the last one serves new requests
         self._adapter_root: str | None = None  # this engine's adapter folders (load_adapter), removed at shutdown
@@ -139,18 +146,24 @@ class VLLMEngine:
         )
 
     # ---------------------------------------------------------------- generation
-    def generate(self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Completion]:
+    def generate(
+        self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig, images: Sequence | None = None
+    ) -> list[Completion]:
         """Sample ``sampling.n`` completions per prompt, returned prompt-major: ``[p0s0, p0s1, ..., p1s0, ...]``.
 
         The same requests as :meth:`generate_stream`, collected: both give identical completions."""
-        completions = [c for part in self.generate_stream(prompt_token_ids, sampling) for c in part]
+        completions = [c for part in self.generate_stream(prompt_token_ids, sampling, images) for c in part]
         return sorted(completions, key=lambda c: (c.prompt_index, c.sample_index))
 
     def generate_stream(
-        self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig
+        self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig, images: Sequence | None = None
     ) -> Iterator[list[Completion]]:
         """Sample ``sampling.n`` completions per prompt and yield them as they finish: after every engine step
         that finished any, the list of those (in no fixed order; ``prompt_index`` / ``sample_index`` say which).
+
+        ``images[i]``: the images of prompt ``i`` (uint8 ``[H, W, 3]`` arrays or PIL images, in order), for a
+        vision-language model: its prompt ids hold one image placeholder token per image, which vLLM expands into
+        the image's tokens; the completions' ``prompt_token_ids`` are the expanded ids (what the model saw).
 
         One vLLM request per sample (vLLM itself fans ``n > 1`` out into ``n`` requests sharing the prompt's
         cached KV blocks), so each completion is returned the step it finishes. Sample ``j`` of prompt ``i`` is
@@ -170,7 +183,8 @@ class VLLMEngine:
         try:  # from the first add on: whatever fails, no request of this call stays in the engine
             for i, ids in enumerate(prompt_token_ids):
                 # one rendered engine input per sample (as LLM.generate renders its prompts: Renderer.render_cmpl)
-                inputs = engine.renderer.render_cmpl([{"prompt_token_ids": list(ids)}] * sampling.n)
+                prompt = _engine_prompt(ids, images[i] if images is not None else None)
+                inputs = engine.renderer.render_cmpl([prompt] * sampling.n)
                 for j, engine_input in enumerate(inputs):
                     seed = None if sampling.seed is None else sampling.seed + i * sampling.n + j
                     request_id = f"reasonrl-{self._requests_started}"
@@ -286,6 +300,7 @@ class VLLMEngine:
             old = self.lora_requests.pop(0)
             self.llm.llm_engine.remove_lora(old.lora_int_id)
             shutil.rmtree(old.lora_path, ignore_errors=True)
+        self.reset_image_features()  # (vLLM serves adapters on the language model; kept safe if that changes)
         return sorted(self.llm.llm_engine.list_loras())
 
     def load_packed(self, layout, buffers: Sequence[Any]) -> int:
@@ -326,9 +341,17 @@ class VLLMEngine:
         compares them with what the trainer sent."""
         reports = self.llm.collective_rpc("reasonrl_finish_sync")
         self.llm.reset_prefix_cache()
+        self.reset_image_features()
         if all(set(expected_names) <= set(report["received"]) for report in reports):
             self.residency.loaded_all()
         return reports
+
+    def reset_image_features(self) -> None:
+        """A vision-language engine: drop the vision encoder's cached outputs after new weights (vLLM keeps them per
+        image across requests; computed with the old weights they would be stale, and a cache left out of step with
+        the scheduler's fails the next request that shows the same image: "Encoder cache miss")."""
+        if self.max_images_per_prompt:
+            self.llm.llm_engine.reset_encoder_cache()
 
     def num_workers(self) -> int:
         """vLLM workers of this engine (one per tensor-parallel rank): its members in the weight-broadcast group."""
@@ -390,6 +413,17 @@ def vllm_lora_rank(rank: int) -> int:
         if rank <= allowed:
             return allowed
     raise ValueError(f"lora_rank={rank}: vLLM serves adapters of rank <= {VLLM_LORA_RANKS[-1]}")
+
+
+def _engine_prompt(ids: Sequence[int], images: Sequence | None) -> dict[str, Any]:
+    """vLLM's token prompt: the ids, and the images (as PIL images) of a vision-language prompt."""
+    prompt: dict[str, Any] = {"prompt_token_ids": list(ids)}
+    if images:
+        from PIL import Image
+
+        pil = [im if isinstance(im, Image.Image) else Image.fromarray(im) for im in images]
+        prompt["multi_modal_data"] = {"image": pil if len(pil) > 1 else pil[0]}
+    return prompt
 
 
 def _sampling_params(sampling: SamplingConfig, seed: int | None):

@@ -15,7 +15,9 @@ reward worker processes), ``build_scorer``, and checks what each returned:
 * the scorer is callable as ``scorer(completions, rows) -> list[RewardResult]``; ``close()`` and
   ``wait_ready()`` are optional, and ``wait_ready()`` is called here so reward workers that cannot start fail now;
 * with ``env_fn`` (multi-turn): the environment imports and has ``reset`` / ``step``, the tools exist, and the
-  tokenizer's chat template can frame tool messages.
+  tokenizer's chat template can frame tool messages;
+* rows with images: a vision-language model, every prompt within ``max_prompt_len`` with its image tokens
+  (:mod:`reasonrl.loop.vision_check`).
 
 A hook that returns None or the wrong type raises :class:`HookError` naming the hook, what it returned and what
 it must return. The scorer built here is the one the trainer uses.
@@ -216,6 +218,12 @@ def build_inputs(exp, tokenizer=None, *, load_tokenizer: Callable[[], Any] | Non
             problems += environment_problems(cfg.env_fn, cfg.tools, tokenizer)
         if problems:
             raise ConfigError(problems, title="multi-turn rollouts cannot start")
+    if cfg is not None and hasattr(cfg, "freeze_vision_tower"):  # images: a VLM, lengths with image tokens
+        from reasonrl.loop.vision_check import vision_problems
+
+        problems = vision_problems(cfg, tokenizer, template, {"train_data": train_rows, **eval_sets})
+        if problems:
+            raise ConfigError(problems, title="the vision-language run cannot start")
     if cfg is not None and getattr(cfg, "use_lora", False):  # LoRA: the targets exist in the model, before Ray
         from reasonrl.models.lora import lora_problems
 

@@ -52,7 +52,8 @@ def response_experience(completions: Sequence[Completion]) -> tuple[Experience, 
             if len(c.loss_mask) != len(c.token_ids):
                 raise ValueError(f"completion {i}: {len(c.loss_mask)} loss-mask entries for {len(c.token_ids)} tokens")
             mask[i, : len(c.token_ids)] = torch.tensor(c.loss_mask, dtype=torch.bool)
-    return Experience(samples=samples, action_mask=mask), lengths, width
+    images = [c.images or [] for c in completions] if any(c.images for c in completions) else None
+    return Experience(samples=samples, action_mask=mask, images=images), lengths, width
 
 
 def concat_padded(parts: Sequence[torch.Tensor], width: int) -> torch.Tensor:

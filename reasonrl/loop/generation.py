@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import torch
 
+from reasonrl.data.images import IMAGE_PLACEHOLDER
 from reasonrl.dataplane.completion import Completion
 from reasonrl.distributed.worker_group import gather_all
 from reasonrl.loop.multi_turn import EnvTimes, MultiTurnRollout, MultiTurnSettings
@@ -43,6 +44,9 @@ class GenerationSettings:
     include_stop_str_in_output: bool = False
     stream_rollout: bool = False
     multi_turn: MultiTurnSettings | None = None  # env_fn set: each sample is a conversation with an environment
+    # vision-language model: the text its chat template writes for one image (what vLLM expands); a row's
+    # ``<image>`` placeholders become it. None for a text model.
+    image_placeholder: str | None = None
 
     @classmethod
     def from_config(cls, cfg) -> GenerationSettings:
@@ -66,7 +70,17 @@ class GenerationSettings:
             include_stop_str_in_output=cfg.include_stop_str_in_output,
             stream_rollout=cfg.stream_rollout,
             multi_turn=multi_turn,
+            image_placeholder=model_image_placeholder(cfg.resolve_model_path(cfg.pretrain)),
         )
+
+
+def model_image_placeholder(model_path) -> str | None:
+    """The image placeholder text of a vision-language model's chat template (None for a text model)."""
+    from reasonrl.models.vision import image_placeholder, is_vision_model, load_processor
+
+    if model_path is None or not is_vision_model(model_path):
+        return None
+    return image_placeholder(load_processor(model_path))
 
 
 @dataclasses.dataclass
@@ -141,11 +155,18 @@ class Generator:
             yield
 
     def encode(self, rows: Sequence[dict]) -> list[list[int]]:
-        """Prompt token ids (the template's text, tokenized without extra special tokens), cut to max_prompt_len."""
+        """Prompt token ids (the template's text, tokenized without extra special tokens), cut to max_prompt_len.
+
+        A row with images (vision-language model) keeps one image placeholder per image, written as the model's
+        chat template writes it; vLLM expands each into the image's tokens. Its prompt is never cut (that would cut
+        image tokens): the check before start-up (``reasonrl.data.vision_check``) bounds its expanded length."""
         ids = []
         for row in rows:
-            tokens = self.tokenizer(self.template.render(row), add_special_tokens=False).input_ids
-            ids.append(tokens[-self.settings.max_prompt_len :])
+            text = self.template.render(row)
+            if row.get("images") and self.settings.image_placeholder not in (None, IMAGE_PLACEHOLDER):
+                text = text.replace(IMAGE_PLACEHOLDER, self.settings.image_placeholder)
+            tokens = self.tokenizer(text, add_special_tokens=False).input_ids
+            ids.append(tokens if row.get("images") else tokens[-self.settings.max_prompt_len :])
         return ids
 
     def start_generation(
@@ -188,17 +209,20 @@ class Generator:
                 logprobs=logprobs,
             )
             ids = prompt_ids[bounds[e] : bounds[e + 1]]
+            images = [row.get("images") or [] for row in rows[bounds[e] : bounds[e + 1]]]
+            images = images if any(images) else None
             if self.multi_turn is not None:
                 rows_here = rows[bounds[e] : bounds[e + 1]]
                 times = env_times if env_times is not None else EnvTimes()
                 lock = self.engine_locks()[e]
                 parts.append(self.multi_turn.engine_part(engine, rows_here, ids, bounds[e], sampling, times, lock))
                 continue
+            args = (ids, sampling) if images is None else (ids, sampling, images)  # images: a vision-language model
             if s.stream_rollout:  # launched now, on every engine at once; read as it comes
-                launched = engine.generate_stream.options(num_returns="streaming").remote(ids, sampling)
+                launched = engine.generate_stream.options(num_returns="streaming").remote(*args)
             else:
-                launched = engine.generate.remote(ids, sampling)
-            parts.append(_engine_parts(launched, bounds[e], streamed=s.stream_rollout))
+                launched = engine.generate.remote(*args)
+            parts.append(_engine_parts(launched, bounds[e], streamed=s.stream_rollout, images=images))
         return parts
 
     def score_serialised(self, completions: Sequence[Completion], rows: Sequence[dict]) -> list:
@@ -271,18 +295,22 @@ class Generator:
         return torch.cat([p.float() for p in parts])
 
 
-async def _engine_parts(launched, offset: int, *, streamed: bool):
+async def _engine_parts(launched, offset: int, *, streamed: bool, images: Sequence | None = None):
     """One engine's completions as they come (see ``Generator.start_generation``), prompt_index + ``offset``:
-    ``launched`` is the ref of ``generate`` (one part) or the ref generator of ``generate_stream``."""
+    ``launched`` is the ref of ``generate`` (one part) or the ref generator of ``generate_stream``. ``images``:
+    the images of the engine's prompts (its part of the rows), given to each completion of a prompt."""
     if not streamed:
-        yield _with_prompt_offset(await launched, offset)
+        yield _with_prompt_offset(await launched, offset, images)
         return
     async for ref in launched:
-        yield _with_prompt_offset(await ref, offset)
+        yield _with_prompt_offset(await ref, offset, images)
 
 
-def _with_prompt_offset(part: Sequence[Completion], offset: int) -> list[Completion]:
-    """One engine's completions with prompt_index counted in the full row list (the engine got rows[offset:])."""
+def _with_prompt_offset(part: Sequence[Completion], offset: int, images: Sequence | None = None) -> list[Completion]:
+    """One engine's completions with prompt_index counted in the full row list (the engine got rows[offset:]),
+    each with its prompt's images (``images`` indexed by the engine's own prompt index) when there are any."""
     for c in part:
+        if images is not None:
+            c.images = list(images[c.prompt_index])
         c.prompt_index += offset
     return list(part)

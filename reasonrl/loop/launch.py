@@ -236,6 +236,7 @@ def start_vllm_engines(cfg: BasePPOExpConfig, placement, stack: contextlib.ExitS
         # before it, so no request of an older version is ever added after it)
         lora_rank=cfg.lora_rank if cfg.use_lora and cfg.lora_sync == "adapter" else 0,
         lora_versions=1,
+        max_images_per_prompt=cfg.max_images_per_prompt if cfg.is_vision_model else 0,
     )
     stack.callback(logged, lambda: _shutdown_engines(engines))
     return engines

@@ -44,6 +44,7 @@ from reasonrl.loop.learning_signal import NoSignalMonitor, no_signal_reason, ste
 from reasonrl.loop.rollout import Rollout, RolloutCollector, RolloutSettings, StepAbandoned
 from reasonrl.loop.rollout_ahead import RolloutAhead
 from reasonrl.loop.updates import StepUpdates, UpdateSettings
+from reasonrl.models.vision import save_tokenizer_files
 
 
 @dataclasses.dataclass
@@ -446,7 +447,7 @@ class PPOTrainer:
             await gather_all(self.roles.policy.call_async("export_hf", str(staging / "policy_hf")))
             if self.cfg.use_lora:  # the adapter alone as well (small; PeftModel.from_pretrained(base, folder))
                 await gather_all(self.roles.policy.call_async("export_adapter", str(staging / "policy_adapter")))
-            self.tokenizer.save_pretrained(staging / "policy_hf")
+            save_tokenizer_files(self.tokenizer, self.cfg.resolve_model_path(self.cfg.pretrain), staging / "policy_hf")
             save_trainer_state(staging, self.trainer_state())
             save_rng_state(staging / "rng_state.json")
             self.cfg.save_json(staging / "config.json")

@@ -39,15 +39,27 @@ class PaddedBatch:
 
     input_ids: torch.Tensor  # [batch, P + T] long
     attention_mask: torch.Tensor  # [batch, P + T] long, 1 = real token
-    position_ids: torch.Tensor  # [batch, P + T] long, clip(cumsum(attention_mask) - 1, 0)
+    position_ids: torch.Tensor | None  # [batch, P + T] long, clip(cumsum(attention_mask) - 1, 0); None: the model's
     action_mask: torch.Tensor  # [batch, T] bool, True = real response token
     prompt_lens: list[int]  # [batch] real prompt lengths
     response_lens: list[int]  # [batch] real response lengths
+    # vision-language models: the images' pixel inputs (``reasonrl.models.vision.VisionInputs``), passed to the
+    # forward as they are; ``position_ids`` is then None for a model that computes its own (3-D) positions
+    vision: dict[str, torch.Tensor] | None = None
 
     @property
     def num_actions(self) -> int:
         """T: width of the response grid (longest response)."""
         return self.action_mask.shape[1]
+
+    def model_inputs(self) -> dict[str, torch.Tensor | None]:
+        """The forward's inputs: token ids, attention mask, positions, and the pixel inputs of a VLM batch."""
+        return dict(
+            input_ids=self.input_ids,
+            attention_mask=self.attention_mask,
+            position_ids=self.position_ids,
+            **(self.vision or {}),
+        )
 
     @property
     def prompt_width(self) -> int:
@@ -66,9 +78,12 @@ class PaddedBatch:
 
     def to(self, device: torch.device | str) -> PaddedBatch:
         tensors = {
-            f: getattr(self, f).to(device) for f in ("input_ids", "attention_mask", "position_ids", "action_mask")
+            f: getattr(self, f).to(device)
+            for f in ("input_ids", "attention_mask", "position_ids", "action_mask")
+            if getattr(self, f) is not None
         }
-        return dataclasses.replace(self, **tensors)
+        vision = None if self.vision is None else {k: v.to(device) for k, v in self.vision.items()}
+        return dataclasses.replace(self, **tensors, vision=vision)
 
 
 @dataclasses.dataclass

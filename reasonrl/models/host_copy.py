@@ -22,11 +22,11 @@ def model_from_tensors(
     The skeleton is built on the meta device (no allocation), then the tensors are assigned. Raises ValueError
     naming what is missing when a parameter or buffer is left unset.
     """
-    from transformers import AutoModelForCausalLM
+    from reasonrl.models.vision import auto_model_class
 
     dtype = next(iter(params.values())).dtype
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
+        model = auto_model_class(config).from_config(config, dtype=dtype, attn_implementation=attn_implementation)
     result = model.load_state_dict(dict(params), strict=False, assign=True)
     if result.unexpected_keys:
         raise ValueError(f"model_from_tensors: tensors that are not parameters of the model: {result.unexpected_keys}")

@@ -96,13 +96,7 @@ def response_logits(
     """
     if isinstance(batch, PaddedBatch):
         extra = {"logits_to_keep": batch.num_actions + 1} if use_logits_to_keep else {}
-        out = model(
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            position_ids=batch.position_ids,
-            **FORWARD_KWARGS,
-            **extra,
-        )
+        out = model(**batch.model_inputs(), **FORWARD_KWARGS, **extra)  # a VLM batch adds its pixel inputs
         logits = _logits_of(out)  # [batch, P+T, vocab], or [batch, T+1, vocab] with logits_to_keep
         rows = logits[:, : batch.num_actions] if use_logits_to_keep else batch.response_slice(logits)
         return rows, batch.response_ids()  # [batch, T, vocab], [batch, T]

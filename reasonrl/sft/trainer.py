@@ -58,6 +58,9 @@ class SFTTrainer:
     def __init__(self, cfg: SFTConfig, group, tokenizer, train: list[Sample], evals: list[Sample], tracker, ckpts):
         self.cfg, self.group, self.tokenizer, self.tracker, self.checkpoints = cfg, group, tokenizer, tracker, ckpts
         self.train, self.evals = train, evals
+        from reasonrl.config import BasePPOExpConfig
+
+        self.model_path = BasePPOExpConfig.resolve_model_path(cfg.pretrain)  # a VLM exports its processor too
         self.total_steps = total_steps(cfg, len(train))
         self.order = batch_order(len(train), cfg.train_batch_size, self.total_steps, cfg.seed)
 
@@ -141,7 +144,9 @@ class SFTTrainer:
         """Write the HF folder (weights from rank 0's gather, tokenizer from the driver)."""
         self.tracker.set_phase("export")
         self.group.call("export_hf", str(out_dir))
-        self.tokenizer.save_pretrained(out_dir)
+        from reasonrl.models.vision import save_tokenizer_files
+
+        save_tokenizer_files(self.tokenizer, self.model_path, out_dir)  # a VLM: its processor too
 
 
 def total_steps(cfg: SFTConfig, num_pairs: int) -> int:
@@ -209,11 +214,15 @@ def _resolve_device(cfg: SFTConfig, cluster_resources: dict[str, float]) -> str:
     return "gpu" if cluster_resources.get("GPU", 0) > 0 else "cpu"
 
 
-def _encode(cfg: SFTConfig, tokenizer, template) -> tuple[list[Sample], list[Sample], int]:
-    """Training and held-out samples and the number of dropped training pairs; raises before any worker starts."""
+def _encode(cfg: SFTConfig, tokenizer, template, processor=None) -> tuple[list[Sample], list[Sample], int]:
+    """Training and held-out samples and the number of dropped training pairs; raises before any worker starts.
+    ``processor``: a vision-language model's, which encodes the rows that have images."""
     train_rows, eval_rows = split_rows(cfg)
     encode = dict(
-        response_field=cfg.response_field, max_prompt_len=cfg.max_prompt_len, max_response_len=cfg.max_response_len
+        response_field=cfg.response_field,
+        max_prompt_len=cfg.max_prompt_len,
+        max_response_len=cfg.max_response_len,
+        processor=processor,
     )
     train, dropped = encode_pairs(train_rows, tokenizer, template, where="training data", **encode)
     evals, _ = encode_pairs(eval_rows, tokenizer, template, where="held-out data", **encode)
@@ -241,6 +250,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     from reasonrl.distributed.ray_cluster import RayClusterError, init_ray
     from reasonrl.distributed.worker_group import WorkerGroup
     from reasonrl.models import attention_summary
+    from reasonrl.models.vision import is_vision_model, load_processor
     from reasonrl.sft.worker import SFTWorker
     from reasonrl.utils.checkpoint import CheckpointManager
     from reasonrl.utils.paths import atomic_directory
@@ -261,7 +271,8 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
             raise ConfigError(problems, title="LoRA adapters cannot be added")
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     template = get_template(cfg.prompt_template, tokenizer=tokenizer)
-    train, evals, dropped = _encode(cfg, tokenizer, template)
+    processor = load_processor(model_path) if is_vision_model(model_path) else None
+    train, evals, dropped = _encode(cfg, tokenizer, template, processor)
     steps = total_steps(cfg, len(train))
     start_step = check_resume(cfg, resume_from, len(train)) if resume_from else 0
     if cfg.save_interval:  # this run saves: checkpoints of another history are moved aside (not deleted)

@@ -130,17 +130,35 @@ class ToolsNoToolWarmStartConfig(ToolsWarmStartConfig):
     eval_data: list[str] = dataclasses.field(default_factory=lambda: ["tool_mul_notool_sft_heldout"])
 
 
+@dataclasses.dataclass
+class VisionWarmStartConfig(ArithWarmStartConfig):
+    """The SFT run behind ``pretrain=vision-sft``: the tiny vision-language model (``tiny-vlm``, Idefics3) on
+    counting dots (:mod:`reasonrl.data.vision_tasks`, ``dots_train``: a 56 x 56 picture and ``"<image>How many
+    dots?"`` -> ``"7"``). Short on purpose, so that RL (``playground.vision_grpo_cpu``) has room: see
+    :data:`VISION_SFT_STEPS`."""
+
+    pretrain: str = "tiny-vlm"
+    exp_name: str = "vision_sft"
+    train_data: list[str] = dataclasses.field(default_factory=lambda: ["dots_train"])
+    eval_data: list[str] = dataclasses.field(default_factory=lambda: ["dots_heldout"])
+    max_prompt_len: int = 48
+    max_response_len: int = 4
+    max_steps: int | None = 300
+
+
 def warm_start_key(cfg: SFTConfig) -> str:
     """``sft-<exp_name>-<hash>``: the hash covers the fields of ``cfg`` that change its weights
     (:meth:`SFTConfig.weights_fingerprint`), this module's and the tiny models' build versions, and the definition
     of every generated dataset it names, so a changed recipe, base model or task never reuses a stale folder."""
     from reasonrl.data.arithmetic import GENERATED_DATASETS
-    from reasonrl.models import tiny
+    from reasonrl.models import tiny, tiny_vlm
 
     if cfg.rows is not None or cfg.generator is not None:
         raise ValueError("a cached warm start needs named data (train_data=...), not in-memory rows or a generator")
     tasks = {name: GENERATED_DATASETS[name][0].key for name in cfg.train_data if name in GENERATED_DATASETS}
     blob = {"fields": cfg.weights_fingerprint(), "build": BUILD_VERSION, "tiny_build": tiny.BUILD_VERSION}
+    if cfg.pretrain == "tiny-vlm":  # (other models' keys stay as they were)
+        blob["tiny_vlm_build"] = tiny_vlm.BUILD_VERSION
     digest = hashlib.sha1(json.dumps(blob | {"tasks": tasks}, sort_keys=True, default=str).encode()).hexdigest()
     return f"sft-{cfg.exp_name}-{digest[:12]}"
 
@@ -187,7 +205,13 @@ def tools_notool_warm_start_path(cache_dir: Path | None = None, log_dir: str | N
     return warm_start_path(ToolsNoToolWarmStartConfig(), cache_dir=cache_dir, log_dir=log_dir)
 
 
+def vision_warm_start_path(cache_dir: Path | None = None, log_dir: str | None = None) -> Path:
+    """``pretrain=vision-sft``: :func:`warm_start_path` of :class:`VisionWarmStartConfig`."""
+    return warm_start_path(VisionWarmStartConfig(), cache_dir=cache_dir, log_dir=log_dir)
+
+
 register_offline_model("arith-sft", warm_start_path)
+register_offline_model("vision-sft", vision_warm_start_path)
 register_offline_model("code-sft", code_warm_start_path)
 register_offline_model("tools-sft", tools_warm_start_path)
 register_offline_model("tools-sft-notool", tools_notool_warm_start_path)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from reasonrl.distributed import deepspeed_engine as ds
-from reasonrl.distributed.ppo_workers import DUMMY_SAMPLE, PolicyWorker, WorkerConfig
+from reasonrl.distributed.ppo_workers import PolicyWorker, WorkerConfig
 from reasonrl.sft.data import Sample
 
 
@@ -37,17 +37,19 @@ class SFTWorker(PolicyWorker):
             torch.set_num_threads(torch_threads)
         return super().setup(config)
 
-    def _micro_batches(self, samples: Sequence[Sample], padded: bool | None = None):
+    def _micro_batches(self, samples: Sequence[Sample], padded: bool | None = None, images=None):
         """The policy's micro-batches planned on the (prompt, response) pairs; each keeps its samples' masks."""
         pairs = [tuple(s[:2]) for s in samples]
-        planned = super()._micro_batches(pairs, padded)
-        return [(idx, [samples[i] for i in idx] if idx else [DUMMY_SAMPLE]) for idx, _ in planned]
+        if images is None and any(len(s) > 3 for s in samples):  # vision-language samples carry their images
+            images = [list(s[3]) if len(s) > 3 else [] for s in samples]
+        planned = super()._micro_batches(pairs, padded, images)
+        return [(idx, [samples[i] for i in idx] if idx else dummy, mb_images) for idx, dummy, mb_images in planned]
 
-    def _nll(self, samples: Sequence[Sample]) -> tuple[torch.Tensor, int]:
+    def _nll(self, samples: Sequence[Sample], images=None) -> tuple[torch.Tensor, int]:
         """Summed NLL of the trained response tokens of one micro-batch (a scalar tensor) and their count."""
         from reasonrl.models import response_logprobs
 
-        batch = self._batch([tuple(s[:2]) for s in samples])
+        batch = self._batch([tuple(s[:2]) for s in samples], images)
         logprobs, _ = response_logprobs(self.engine, batch, 1.0)  # [batch, T], zeros at padding
         mask = loss_mask(samples, batch.action_mask)
         return -(logprobs * mask).sum(), int(mask.sum())
@@ -59,8 +61,8 @@ class SFTWorker(PolicyWorker):
         self.engine.train()
         micro_batches = self._micro_batches(samples)
         loss_share, tokens = 0.0, 0
-        for i, (idx, mb) in enumerate(micro_batches):
-            nll, n = self._nll(mb)
+        for i, (idx, mb, mb_images) in enumerate(micro_batches):
+            nll, n = self._nll(mb, mb_images)
             loss = nll / global_tokens * (1.0 if idx else 0.0)  # dummy micro-batches keep collectives aligned
             ds.backward(self.engine, loss * self.world_size, is_last=i == len(micro_batches) - 1)
             loss_share += float(loss.detach())
@@ -73,8 +75,8 @@ class SFTWorker(PolicyWorker):
         """``(summed response NLL, response tokens)`` of this rank's samples (collective)."""
         self.engine.eval()
         total, tokens = 0.0, 0
-        for idx, mb in self._micro_batches(samples):
-            nll, n = self._nll(mb)
+        for idx, mb, mb_images in self._micro_batches(samples):
+            nll, n = self._nll(mb, mb_images)
             if idx:
                 total, tokens = total + float(nll), tokens + n
         return total, tokens
@@ -85,7 +87,7 @@ def loss_mask(samples: Sequence[Sample], span: torch.Tensor) -> torch.Tensor:
     mask of its own, else that sample's mask (a conversation's assistant tokens) on its span."""
     mask = span.clone()
     for i, sample in enumerate(samples):
-        if len(sample) > 2:
+        if len(sample) > 2 and sample[2] is not None:
             own = torch.tensor(sample[2], dtype=torch.bool, device=span.device)
             if own.numel() != int(span[i].sum()):
                 raise ValueError(f"sample {i}: {own.numel()} loss-mask entries for {int(span[i].sum())} tokens")

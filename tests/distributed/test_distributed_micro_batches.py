@@ -28,13 +28,13 @@ def test_padded_workers_keep_every_grid_within_the_budget():
     for w in (worker(packing=False), worker(packing=True, attn="paged_attention")):
         planned = w._micro_batches(SAMPLES)
         assert len(planned) == 3
-        for _, mb in planned:
+        for _, mb, _ in planned:
             assert pad_batch(mb, 0).input_ids.numel() <= 2400 or len(mb) == 1
 
 
 def test_packing_workers_count_real_tokens():
     planned = worker(packing=True)._micro_batches(SAMPLES)
-    assert [idx for idx, _ in planned] == [[0, 1, 2, 3]]  # one packed row of exactly 2 400 tokens
+    assert [idx for idx, *_ in planned] == [[0, 1, 2, 3]]  # one packed row of exactly 2 400 tokens
 
 
 def test_reward_model_path_plans_padded_even_when_packing_is_on():

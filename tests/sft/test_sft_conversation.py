@@ -110,4 +110,4 @@ def test_the_worker_loss_counts_the_masked_in_tokens_only(tiny_model_dir, tiny_t
             count += n
     assert tokens == count == sum(trained_tokens(s) for s in samples) < sum(len(s[1]) for s in samples)
     assert nll.item() == pytest.approx(want, rel=1e-5)
-    assert [idx for idx, _ in worker._micro_batches(samples)] == [[0, 1, 2, 3]]
+    assert [idx for idx, *_ in worker._micro_batches(samples)] == [[0, 1, 2, 3]]
