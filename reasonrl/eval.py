@@ -306,6 +306,11 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
         raise ConfigError(problems, title="bad eval data")
     tokenizer = AutoTokenizer.from_pretrained(cfg.resolve_model_path(cfg.pretrain))
     template = hooks.build_template(tokenizer)
+    from reasonrl.loop.vision_check import vision_problems
+
+    problems = vision_problems(cfg, tokenizer, template, eval_sets, training=False)  # images: lengths, the model
+    if problems:
+        raise ConfigError(problems, title="the vision-language evaluation cannot start")
     if cfg.env_fn is not None:  # multi-turn eval: the environment and the chat template, before Ray
         from reasonrl.loop.multi_turn import environment_problems
 

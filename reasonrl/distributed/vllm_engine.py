@@ -126,8 +126,12 @@ class VLLMEngine:
         if lora_rank:
             kwargs |= dict(enable_lora=True, max_lora_rank=vllm_lora_rank(lora_rank), max_loras=lora_versions)
         self.max_images_per_prompt = max_images_per_prompt
+        self.banned_token_ids: tuple[int, ...] = ()
         if max_images_per_prompt:
             kwargs["limit_mm_per_prompt"] = {"image": max_images_per_prompt}
+            # a sampled image token in a response would be merged with image features by every trainer forward
+            # (which then fail: more image tokens than features); it is never text, so it is never sampled
+            self.banned_token_ids = media_token_ids(self.model_path)
         self.lora_versions = max(lora_versions, 1)
         self.lora_requests: list[Any] = []  # registered adapters, oldest first; the last one serves new requests
         self._adapter_root: str | None = None  # this engine's adapter folders (load_adapter), removed at shutdown
@@ -189,9 +193,7 @@ class VLLMEngine:
                     seed = None if sampling.seed is None else sampling.seed + i * sampling.n + j
                     request_id = f"reasonrl-{self._requests_started}"
                     self._requests_started += 1
-                    engine.add_request(
-                        request_id, engine_input, _sampling_params(sampling, seed), **self._lora_kwargs()
-                    )
+                    engine.add_request(request_id, engine_input, self._params(sampling, seed), **self._lora_kwargs())
                     running[request_id] = (i, j)
             while running and engine.has_unfinished_requests():
                 finished = [out for out in engine.step() if out.finished]
@@ -224,7 +226,7 @@ class VLLMEngine:
             request_id = f"reasonrl-{self._requests_started}"
             self._requests_started += 1
             try:
-                params = _sampling_params(request.sampling, request.sampling.seed)
+                params = self._params(request.sampling, request.sampling.seed)
                 engine.add_request(request_id, engine_input, params, **self._lora_kwargs())
             except Exception:
                 self.abort_pumped()
@@ -242,6 +244,14 @@ class VLLMEngine:
             self._pumped.clear()
             raise RuntimeError(f"pump: the engine dropped {lost} request(s) unfinished")
         return finished
+
+    def _params(self, sampling: SamplingConfig, seed: int | None):
+        """One sample's ``SamplingParams``; a vision-language engine never samples an image token (a logit bias of
+        -100 on each: its probability is then ~e^-100 of what it was)."""
+        params = _sampling_params(sampling, seed)
+        if self.banned_token_ids:
+            params.logit_bias = {token: -100.0 for token in self.banned_token_ids}
+        return params
 
     def abort_pumped(self) -> int:
         """Abort every request :meth:`pump` added that has not finished; returns how many."""
@@ -413,6 +423,16 @@ def vllm_lora_rank(rank: int) -> int:
         if rank <= allowed:
             return allowed
     raise ValueError(f"lora_rank={rank}: vLLM serves adapters of rank <= {VLLM_LORA_RANKS[-1]}")
+
+
+def media_token_ids(model_path: str) -> tuple[int, ...]:
+    """The ids that stand for image or video features in a vision-language model's prompts (its config's
+    ``image_token_id`` / ``image_token_index`` / ``video_token_id``)."""
+    import json
+
+    config = json.loads((Path(model_path) / "config.json").read_text())
+    keys = ("image_token_id", "image_token_index", "video_token_id", "video_token_index")
+    return tuple(sorted({int(config[k]) for k in keys if config.get(k) is not None}))
 
 
 def _engine_prompt(ids: Sequence[int], images: Sequence | None) -> dict[str, Any]:

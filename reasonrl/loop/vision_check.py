@@ -20,8 +20,11 @@ from typing import Any
 from reasonrl.data.images import IMAGE_PLACEHOLDER
 
 
-def vision_problems(cfg, tokenizer, template, sets: Mapping[str, Sequence[dict]]) -> list[str]:
-    """Every problem of the run's rows and fields with images (module docstring); ``sets``: name -> rows."""
+def vision_problems(
+    cfg, tokenizer, template, sets: Mapping[str, Sequence[dict]], *, training: bool = True
+) -> list[str]:
+    """Every problem of the run's rows and fields with images (module docstring); ``sets``: name -> rows.
+    ``training=False`` (the eval CLI): the rows and lengths only, not the training roles."""
     with_images = {name: next((r for r in rows if r.get("images")), None) for name, rows in sets.items()}
     is_vlm = cfg.is_vision_model
     problems: list[str] = []
@@ -51,7 +54,7 @@ def vision_problems(cfg, tokenizer, template, sets: Mapping[str, Sequence[dict]]
             "multi-turn environments with images are not supported yet",
         ),
     }
-    problems += [f"{field}: {why}" for field, (bad, why) in unsupported.items() if bad]
+    problems += [f"{field}: {why}" for field, (bad, why) in unsupported.items() if bad and training]
     for name, rows in sets.items():
         missing = next((r for r in rows if not r.get("images")), None)
         if missing is not None:
@@ -81,17 +84,22 @@ def _length_problems(cfg, tokenizer, template, sets: Mapping[str, Sequence[dict]
             per_size[shape] = len(ids)
         return per_size[shape]
 
+    text_lengths: dict[str, int] = {}  # rendered prompt -> its tokens (rows often share their text)
+
+    def text_tokens(row: dict) -> int:
+        text = template.render(row)
+        if text not in text_lengths:
+            shown = text if placeholder == IMAGE_PLACEHOLDER else text.replace(IMAGE_PLACEHOLDER, placeholder)
+            text_lengths[text] = len(tokenizer(shown, add_special_tokens=False).input_ids)
+        return text_lengths[text]
+
     problems = []
     for name, rows in sets.items():
         over, first = 0, None
         for row in rows:
-            text = template.render(row)
-            if placeholder != IMAGE_PLACEHOLDER:
-                text = text.replace(IMAGE_PLACEHOLDER, placeholder)
             images = row["images"]
             from_images = sum(image_tokens(im) for im in images)
-            length = len(tokenizer(text, add_special_tokens=False).input_ids) - len(images) * placeholder_len
-            length += from_images
+            length = text_tokens(row) - len(images) * placeholder_len + from_images
             if length > cfg.max_prompt_len:
                 over += 1
                 if first is None:

@@ -24,6 +24,8 @@ def greedy_texts(
     tok = AutoTokenizer.from_pretrained(model_path)
     model = auto_model_class(str(model_path)).from_pretrained(model_path, dtype=torch.float32).eval()
     processor = load_processor(model_path) if images is not None else None
+    config = model.config.to_dict()
+    media = [config[k] for k in ("image_token_id", "image_token_index", "video_token_id") if config.get(k) is not None]
     texts = []
     for lo in range(0, len(questions), batch_size):
         pixels: dict = {}
@@ -45,6 +47,7 @@ def greedy_texts(
                 do_sample=False,
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=tok.eos_token_id,
+                suppress_tokens=media or None,  # as the engines: an image token is never text
                 **pixels,
             )
         for seq in out[:, width:].tolist():

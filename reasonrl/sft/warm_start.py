@@ -134,8 +134,12 @@ class ToolsNoToolWarmStartConfig(ToolsWarmStartConfig):
 class VisionWarmStartConfig(ArithWarmStartConfig):
     """The SFT run behind ``pretrain=vision-sft``: the tiny vision-language model (``tiny-vlm``, Idefics3) on
     counting dots (:mod:`reasonrl.data.vision_tasks`, ``dots_train``: a 56 x 56 picture and ``"<image>How many
-    dots?"`` -> ``"7"``). Short on purpose, so that RL (``playground.vision_grpo_cpu``) has room: see
-    :data:`VISION_SFT_STEPS`."""
+    dots?"`` -> ``"7"``, loss on the count and EOS).
+
+    Short on purpose, so that RL (``playground.vision_grpo_cpu``) has room. Greedy held-out accuracy
+    (``dots_heldout``, 200 pictures) measured on a 2-core CPU, batch 64: lr 3e-4 (constant after 20 warmup steps)
+    37.5% after 150 steps, 45.0% after 180 (this setting; ~60 s of training, ~70 s to build), 100% after 400;
+    lr 1e-3 stalls (16% after 100 steps, 15% after 250: the count is guessed from the prompt alone)."""
 
     pretrain: str = "tiny-vlm"
     exp_name: str = "vision_sft"
@@ -143,7 +147,8 @@ class VisionWarmStartConfig(ArithWarmStartConfig):
     eval_data: list[str] = dataclasses.field(default_factory=lambda: ["dots_heldout"])
     max_prompt_len: int = 48
     max_response_len: int = 4
-    max_steps: int | None = 300
+    lr: float = 3e-4
+    max_steps: int | None = 180
 
 
 def warm_start_key(cfg: SFTConfig) -> str:
