@@ -59,10 +59,18 @@ class DerivedValues:
         return self.use_reference and self.use_lora
 
     @property
+    def sync_trainable_only(self) -> bool:
+        """True iff syncs after the first send only the parameters that train: a frozen vision tower without LoRA
+        (LoRA's merged sync sends base weights)."""
+        return self.freeze_vision_tower and not self.use_lora
+
+    @property
     def engine_sleep_level(self) -> int:
         """vLLM sleep level under ``colocate_all``: 2 (weights discarded, every sync sends them all) unless each sync
-        sends a LoRA adapter only (``lora_sync=adapter``), which needs the base weights kept (level 1)."""
-        return 1 if self.use_lora and self.lora_sync == "adapter" else 2  # phases.ADAPTER_SYNC_SLEEP_LEVEL, SLEEP_LEVEL
+        sends a LoRA adapter only (``lora_sync=adapter``) or the trainable parameters only (a frozen vision
+        tower), which need the other weights kept (level 1)."""
+        keep = (self.use_lora and self.lora_sync == "adapter") or self.sync_trainable_only
+        return 1 if keep else 2  # phases.ADAPTER_SYNC_SLEEP_LEVEL, SLEEP_LEVEL
 
     @property
     def use_reward_model(self) -> bool:

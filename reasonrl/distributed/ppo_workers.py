@@ -419,9 +419,10 @@ class PolicyWorker(_ModelWorker):
             self._sender = BucketSender(self.engine.module, self.rank, dist_backend())
         return self._sender
 
-    def sync_layout(self) -> list[tuple[str, tuple[int, ...], str]]:
-        """``(name, full shape, dtype)`` of every parameter, in order (the driver plans buckets from it)."""
-        return self._bucket_sender().layout()
+    def sync_layout(self, trainable_only: bool = False) -> list[tuple[str, tuple[int, ...], str]]:
+        """``(name, full shape, dtype)`` of every parameter (``trainable_only``: of those that train), in order
+        (the driver plans buckets from it)."""
+        return self._bucket_sender().layout(trainable_only)
 
     def join_weight_group(self, address: str, port: int, world_size: int, timeout_s: float = 600) -> None:
         """Rank 0: join the weight-broadcast group with the engines' workers, as its root."""

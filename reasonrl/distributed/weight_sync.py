@@ -186,14 +186,23 @@ class BucketSender:
         self.group = None  # the weight-broadcast group (rank 0 only)
         self.sent: dict[str, Any] = {}  # rank 0: the tensors of this sync, for the sent_weights probe
         self.exporter = BufferExporter()  # ipc: the buffers shared with the engine workers on this rank's device
+        # rank 0, syncs of the trainable parameters only (a frozen vision tower): the frozen tensors as the first,
+        # full sync sent them, so that the sent_weights probe model is whole (they never change)
+        self.frozen: dict[str, Any] = {}
         # LoRA: the engines get the base model's names, each adapted weight merged (W + s*B@A) per bucket
         self.merge = merge_plan(module) if is_adapted(module) else None
 
-    def layout(self) -> list[tuple[str, tuple[int, ...], str]]:
+    def layout(self, trainable_only: bool = False) -> list[tuple[str, tuple[int, ...], str]]:
         """``(name, full shape, dtype)`` of every parameter in ``named_parameters()`` order (ZeRO-3: the full
-        shape, not the partition's); with LoRA, of the base model's parameters (what the engines hold)."""
+        shape, not the partition's); with LoRA, of the base model's parameters (what the engines hold).
+        ``trainable_only``: the parameters that train (``requires_grad``; not with LoRA, whose merged weights are
+        base parameters)."""
         params = dict(self.module.named_parameters())
         names = {n: n for n in params} if self.merge is None else {n: e.source for n, e in self.merge.items()}
+        if trainable_only:
+            if self.merge is not None:
+                raise ValueError("layout(trainable_only=True): not with LoRA (the merged weights are base weights)")
+            names = {n: src for n, src in names.items() if params[src].requires_grad}
         return [
             (
                 name,
@@ -254,6 +263,9 @@ class BucketSender:
         digests = named_fingerprints(named) if self.rank == 0 else {}
         if keep is not KeepSent.NONE and self.rank == 0:
             self.sent |= {n: t.cpu() for n, t in named}
+        if self.rank == 0 and self.merge is None:  # frozen parameters as sent (kept for syncs that skip them)
+            params = dict(self.module.named_parameters())
+            self.frozen |= {n: t.cpu() for n, t in named if not params[n].requires_grad}
         return {
             "gather_s": gather_s,
             "send_s": time.perf_counter() - start,
@@ -280,13 +292,37 @@ class BucketSender:
 
         base = self.module.get_base_model() if self.merge is not None else self.module
         buffers = {base_name(n): b.detach().cpu() for n, b in self.module.named_buffers()}  # never partitioned
-        with ds.no_zero3_init():
-            model = model_from_tensors(base.config, self.sent, buffers, attn_implementation="sdpa")
+        with ds.no_zero3_init():  # (a sync of the trainable parameters only: the frozen ones as first sent)
+            model = model_from_tensors(base.config, self.frozen | self.sent, buffers, attn_implementation="sdpa")
         self.sent = {}
         return sequence_logprobs(model, list(probe_ids))
 
 
 # ---------------------------------------------------------------------------------------------- the driver
+@dataclass
+class _BucketPlan:
+    """The buckets of one sync's parameters: names per bucket, their layouts, each name's bucket, totals."""
+
+    buckets: list[list[str]]
+    layouts: list[list[tuple[str, tuple[int, ...], str]]]
+    bucket_of: dict[str, int]
+    num_tensors: int
+    num_bytes: int
+
+    @classmethod
+    def of(cls, layout: Sequence[tuple[str, tuple[int, ...], str]], bucket_bytes: int) -> _BucketPlan:
+        by_name = {name: (name, shape, dtype) for name, shape, dtype in layout}
+        sizes = [(name, sync_group.numel(shape) * _itemsize(dtype)) for name, shape, dtype in layout]
+        buckets = plan_buckets(sizes, bucket_bytes)
+        return cls(
+            buckets=buckets,
+            layouts=[[by_name[n] for n in names] for names in buckets],
+            bucket_of={name: k for k, names in enumerate(buckets) for name in names},
+            num_tensors=len(sizes),
+            num_bytes=sum(size for _, size in sizes),
+        )
+
+
 class WeightSyncer:
     """The weight-sync protocol, run by the driver (the trainer): it orchestrates the policy ranks and the engines;
     the policy ranks never call an engine. One per (policy group, engines); it keeps the bucket plan, the broadcast
@@ -319,7 +355,11 @@ class WeightSyncer:
         verify_with: str,
         device: str = "cpu",
         timeout_s: float = 600,
+        trainable_only: bool = False,
     ):
+        """``trainable_only`` (a frozen vision tower): the first sync sends every parameter, later ones only those
+        that train (the others never change); the engines must keep their weights between syncs (no level-2
+        sleep: an engine whose weights were discarded refuses to generate until it has received every one)."""
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         if verify_with not in VERIFY_SOURCES:
@@ -336,6 +376,10 @@ class WeightSyncer:
         self.workers: list[int] = []  # vLLM workers per engine
         self.num_tensors = self.num_bytes = 0
         self.joined = False
+        self.trainable_only = trainable_only
+        self.plans: dict[str, _BucketPlan] = {}  # "all" parameters, and "trainable" ones when trainable_only
+        self.all_names: list[str] = []
+        self.synced_once = False
 
     def run(self, probe_ids: Sequence[int] | None) -> SyncReport:
         """:meth:`sync` from synchronous code (scripts, tests); not inside a running event loop."""
@@ -356,6 +400,7 @@ class WeightSyncer:
         Legal while the engines' KV cache sleeps (device phase SYNC): it loads weights and reads fingerprints, it
         never generates. ``probe``: a :meth:`verify` follows (``sent_weights``: rank 0 keeps the tensors for it)."""
         await self._plan()
+        self._use_plan("trainable" if self.trainable_only and self.synced_once else "all")
         if self.transport == "broadcast" and not self.joined:
             await self._join()
         keeps = probe and self.verify_with == "sent_weights"
@@ -389,8 +434,11 @@ class WeightSyncer:
                 await gather_all(self.policy.call_async("release_shared"))
         load_s = time.perf_counter() - start - gather_s
         start = time.perf_counter()
-        finished = await gather_all([engine.finish_weight_sync.remote(list(sent_digests)) for engine in self.engines])
+        # every parameter the engines need to be whole: an engine that lost its weights (level-2 sleep) and got
+        # only the trainable ones stays unable to generate (EngineResidency)
+        finished = await gather_all([engine.finish_weight_sync.remote(self.all_names) for engine in self.engines])
         checked, dropped = check_received(sent_digests, self.bucket_of, finished)
+        self.synced_once = True
         check_s = time.perf_counter() - start
         return SyncReport(
             self.num_tensors, len(self.buckets), self.num_bytes, gather_s, load_s, check_s, checked, dropped
@@ -421,7 +469,7 @@ class WeightSyncer:
         return report
 
     async def _plan(self) -> None:
-        if self.buckets is not None:
+        if self.plans:
             return
         self.workers = await gather_all([engine.num_workers.remote() for engine in self.engines])
         if self.transport == "ipc" and sum(self.workers) > self.policy.world_size:
@@ -431,12 +479,17 @@ class WeightSyncer:
                 "engine device, or sync_transport=broadcast"
             )
         layout = await self.policy.actors[0].sync_layout.remote()
-        by_name = {name: (name, shape, dtype) for name, shape, dtype in layout}
-        sizes = [(name, sync_group.numel(shape) * _itemsize(dtype)) for name, shape, dtype in layout]
-        self.buckets = plan_buckets(sizes, self.bucket_bytes)
-        self.bucket_of = {name: k for k, names in enumerate(self.buckets) for name in names}
-        self.num_tensors, self.num_bytes = len(sizes), sum(size for _, size in sizes)
-        self.layouts = [[by_name[n] for n in names] for names in self.buckets]
+        self.all_names = [name for name, _, _ in layout]
+        self.plans["all"] = _BucketPlan.of(layout, self.bucket_bytes)
+        if self.trainable_only:
+            trainable = await self.policy.actors[0].sync_layout.remote(trainable_only=True)
+            self.plans["trainable"] = _BucketPlan.of(trainable, self.bucket_bytes)
+        self._use_plan("all")
+
+    def _use_plan(self, which: str) -> None:
+        plan = self.plans[which]
+        self.buckets, self.layouts, self.bucket_of = plan.buckets, plan.layouts, plan.bucket_of
+        self.num_tensors, self.num_bytes = plan.num_tensors, plan.num_bytes
 
     async def _join(self) -> None:
         """The broadcast group: policy rank 0 (root, on its node's address) and every worker of every engine."""

@@ -392,6 +392,7 @@ class PPOTrainer:
                 transport=resolve_transport(cfg.sync_transport, device, colocated=cfg.colocate_all),
                 verify_with=resolve_verify_source(cfg.sync_verify_with, device),
                 device=device,
+                trainable_only=cfg.sync_trainable_only,  # a frozen vision tower is sent once, then never again
             )
         return self._weight_syncer
 

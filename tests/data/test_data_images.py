@@ -126,3 +126,17 @@ def load_rows_from(folder, rows):
     columns["images"] = [[{"bytes": b, "path": None} for b in r["images"]] for r in rows]
     pq.write_table(pa.table(columns), folder / "rows.parquet")
     return load_rows(folder / "rows.parquet")
+
+
+def test_a_saved_hf_dataset_with_an_image_feature_loads_its_pictures(tmp_path, picture):
+    """A ``datasets`` folder (``save_to_disk``) whose ``images`` column has the ``Image`` feature, as Hub datasets
+    such as hiyouga/geometry3k store it."""
+    import datasets
+
+    features = datasets.Features(
+        {"problem": datasets.Value("string"), "answer": datasets.Value("string"), "images": [datasets.Image()]}
+    )
+    data = {"problem": ["<image>How many?"], "answer": ["4"], "images": [[Image.fromarray(picture)]]}
+    datasets.Dataset.from_dict(data, features=features).save_to_disk(str(tmp_path / "snapshot"))
+    (row,) = load_rows(tmp_path / "snapshot").rows
+    assert row["question"] == "<image>How many?" and np.array_equal(row["images"][0], picture)

@@ -81,3 +81,13 @@ def test_a_prompt_without_a_picture_in_a_vlm_run_is_refused():
 def test_what_the_image_path_does_not_do_yet_is_refused_with_the_reason():
     text = refusal(vision_cfg(advantage_estimator="gae", critic_num_nodes=1))
     assert "advantage_estimator: a critic on a vision-language model is not supported yet" in text
+
+
+def test_a_frozen_tower_keeps_the_engines_weights_between_syncs():
+    """Syncs after the first send only what trains, so colocated engines sleep at level 1 (weights kept); with LoRA
+    the merged sync sends base weights and nothing changes."""
+    frozen = vision_cfg(freeze_vision_tower=True)
+    assert frozen.sync_trainable_only and frozen.engine_sleep_level == 1
+    assert not vision_cfg().sync_trainable_only and vision_cfg().engine_sleep_level == 2
+    with_lora = vision_cfg(freeze_vision_tower=True, lora_rank=8)
+    assert not with_lora.sync_trainable_only and with_lora.engine_sleep_level == 2

@@ -179,3 +179,17 @@ def test_qwen2_vl_padded_batch_with_model_positions_scores_each_sample_as_alone(
         torch.testing.assert_close(together[i, :n], alone[0, :n], atol=2e-5, rtol=0)
     text_positions = scored(samples, images, model_positions=False)
     assert (text_positions[0, :3] - together[0, :3]).abs().max() > 1e-4
+
+
+def test_lora_with_a_frozen_tower_puts_no_adapter_in_it(tiny_vlm_dir):
+    from reasonrl.models.lora import LoraSettings, add_adapters
+
+    model = auto_model_class(tiny_vlm_dir).from_pretrained(tiny_vlm_dir, dtype=torch.float32)
+    freeze_vision_tower(model)
+    settings = LoraSettings(rank=4, alpha=8, exclude_prefixes=tuple(vision_tower_prefixes(model)))
+    adapted = add_adapters(model, settings)
+    lora = [n for n, _ in adapted.named_parameters() if "lora_" in n]
+    assert lora and not any(".vision_model." in n for n in lora)
+    assert any(".text_model." in n for n in lora)
+    trainable = [n for n, p in adapted.named_parameters() if p.requires_grad]
+    assert set(trainable) == set(lora)
