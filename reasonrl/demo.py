@@ -173,6 +173,20 @@ def greedy_accuracy(model_path: str | Path, rows: list[dict], max_new_tokens: in
     return correct / len(rows)
 
 
+def built_warm_start(cfg, build, log_dir: str) -> tuple[Path, str]:
+    """``(folder, note)`` of the warm start ``cfg`` (an SFT config), built by ``build(log_dir=...)`` unless cached;
+    the note says which, and where the SFT curves went."""
+    from reasonrl.sft.warm_start import warm_start_key
+    from reasonrl.utils.paths import cache_root
+
+    start = time.perf_counter()
+    cached = (cache_root() / "models" / warm_start_key(cfg) / "model.safetensors").exists()
+    path = build(log_dir=log_dir)
+    seconds = time.perf_counter() - start
+    note = "cached" if cached else f"SFT built in {seconds:.0f} s (curves: {Path(log_dir) / cfg.exp_name})"
+    return path, note
+
+
 CODE_MAX_NEW_TOKENS = 48  # the recipe's generate_max_len: programs take at most 20 tokens + EOS
 CODE_STEPS = 20  # --task code's default number of RL steps
 
@@ -294,18 +308,14 @@ def main_code(args) -> list[DemoResult]:
     """``--task code``: the ``code-sft`` warm start, GRPO with the unit-test reward, before -> after (trainer and
     transformers + sandbox), sandbox seconds per step."""
     from reasonrl.data import load_rows
-    from reasonrl.sft.warm_start import CodeWarmStartConfig, code_warm_start_path, warm_start_key
-    from reasonrl.utils.paths import cache_root
+    from reasonrl.sft.warm_start import CodeWarmStartConfig, code_warm_start_path
 
-    start, cfg = time.perf_counter(), CodeWarmStartConfig()
-    cached = (cache_root() / "models" / warm_start_key(cfg) / "model.safetensors").exists()
-    warm_path = code_warm_start_path(log_dir=args.log_dir)
-    warm_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    warm_path, note = built_warm_start(CodeWarmStartConfig(), code_warm_start_path, args.log_dir)
     steps = args.steps or CODE_STEPS
     result = run_rl("grpo", task="code", steps=steps, seed=args.seed, log_dir=args.log_dir, ckpt_dir=args.ckpt_dir)
     heldout = load_rows("code_heldout").rows
     check = (greedy_pass_rate(warm_path, heldout), greedy_pass_rate(result.final_model, heldout))
-    note = "cached" if cached else f"SFT built in {warm_seconds:.0f} s (curves: {Path(args.log_dir) / cfg.exp_name})"
     print(code_summary(result, check, warm_path, note, time.perf_counter() - start), flush=True)
     return [result]
 
@@ -340,18 +350,14 @@ def main_vision(args) -> list[DemoResult]:
     """``--task vision``: the ``vision-sft`` warm start (the tiny Idefics3 after a short SFT on counting dots), GRPO
     on pictures, held-out accuracy before -> after (trainer and plain transformers)."""
     from reasonrl.data import load_rows
-    from reasonrl.sft.warm_start import VisionWarmStartConfig, vision_warm_start_path, warm_start_key
-    from reasonrl.utils.paths import cache_root
+    from reasonrl.sft.warm_start import VisionWarmStartConfig, vision_warm_start_path
 
-    start, cfg = time.perf_counter(), VisionWarmStartConfig()
-    cached = (cache_root() / "models" / warm_start_key(cfg) / "model.safetensors").exists()
-    warm_path = vision_warm_start_path(log_dir=args.log_dir)
-    warm_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    warm_path, note = built_warm_start(VisionWarmStartConfig(), vision_warm_start_path, args.log_dir)
     steps = args.steps or VISION_STEPS
     result = run_rl("grpo", task="vision", steps=steps, seed=args.seed, log_dir=args.log_dir, ckpt_dir=args.ckpt_dir)
     heldout = load_rows("dots_heldout").rows
     check = (greedy_accuracy(warm_path, heldout, 4), greedy_accuracy(result.final_model, heldout, 4))
-    note = "cached" if cached else f"SFT built in {warm_seconds:.0f} s (curves: {Path(args.log_dir) / cfg.exp_name})"
     lines = [
         "",
         "reasonrl demo: RL on images improves a tiny vision-language model at counting dots (200 held-out pictures)",

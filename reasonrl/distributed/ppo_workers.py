@@ -519,17 +519,17 @@ class CriticWorker(_ModelWorker):
         return sum(p.numel() for p in self.engine.module.parameters())
 
     @torch.no_grad()
-    def compute_values(self, samples: Sequence[Sample]) -> torch.Tensor:
-        """Values [batch, T] (zeros at padding). Collective."""
+    def compute_values(self, samples: Sequence[Sample], images=None) -> torch.Tensor:
+        """Values [batch, T] (zeros at padding; ``images``: each sample's, a VLM critic). Collective."""
         from reasonrl.models import response_values
 
         self.engine.eval()
-        return _stitch(self, samples, lambda batch: (response_values(self.engine, batch),))[0]
+        return _stitch(self, samples, lambda batch: (response_values(self.engine, batch),), images)[0]
 
     @torch.no_grad()
     def ragged_values(self, shard: RaggedShard) -> torch.Tensor:
         """Values as float32 ``[sum of response lengths]`` (no padding). Collective."""
-        return flatten_padded(self.compute_values(shard.samples), shard.response_lengths)
+        return flatten_padded(self.compute_values(shard.samples, shard.images), shard.response_lengths)
 
     def update(self, experience: Experience | RaggedShard, cfg: ValueLossConfig, global_tokens: int, global_seqs: int):
         """One optimizer step of the clipped value loss over this rank's part of the mini-batch. Collective."""
@@ -537,11 +537,11 @@ class CriticWorker(_ModelWorker):
         from reasonrl.models import response_values
 
         self.engine.train()
-        micro_batches = self._micro_batches(experience.samples)
+        micro_batches = self._micro_batches(experience.samples, images=experience.images)
         metrics: dict[str, float] = {}
         tokens_seen, loss_share = 0, 0.0
-        for i, (idx, samples, _) in enumerate(micro_batches):
-            batch = self._batch(samples)
+        for i, (idx, samples, images) in enumerate(micro_batches):
+            batch = self._batch(samples, images)
             values = response_values(self.engine, batch)
             mb = experience.select(idx, batch.num_actions) if idx else None
             mask = _loss_mask(batch, mb)  # the loss mask (holes allowed) on the forward's response grid

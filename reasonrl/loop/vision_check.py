@@ -8,8 +8,8 @@ numbers and the two fields that fix it (``max_prompt_len``, ``max_pixels``). Pro
 
 Also refused here, with the reason: images in a text model's run; prompts without an image in a vision-language run
 (every rank's micro-batches must run the vision tower: ZeRO-3 gathers its layers collectively, and Idefics3's
-forward cannot mix rows with and without images); and what the vision path does not do yet (a critic or a learned
-reward model on a VLM, multi-turn environments with images); ``freeze_vision_tower`` on a text model.
+forward cannot mix rows with and without images); and what the vision path does not do yet (a learned reward model
+on a VLM, multi-turn environments with images); ``freeze_vision_tower`` on a text model.
 """
 
 from __future__ import annotations
@@ -39,11 +39,6 @@ def vision_problems(
                 )
         return problems
     unsupported = {
-        "advantage_estimator": (
-            cfg.use_critic,
-            "a critic on a vision-language model is not supported yet (its value "
-            "head would read the prompt without its images): use grpo, rloo or reinforce_pp",
-        ),
         "reward_pretrain": (
             cfg.use_reward_model,
             "a learned reward model is not supported in a vision-language run "

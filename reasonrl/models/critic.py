@@ -31,6 +31,12 @@ from reasonrl.models.batching import PackedBatch, PaddedBatch, scatter_to_padded
 VALUE_HEAD_FILE = "value_head.safetensors"
 
 
+def hidden_size(config) -> int:
+    """Width of the backbone's last hidden state: the text model's for a vision-language model (its config nests
+    ``text_config``), else ``hidden_size``."""
+    return config.get_text_config().hidden_size
+
+
 def init_value_head_(head: nn.Linear, seed: int = 0) -> nn.Linear:
     """In place: weight ~ N(0, (1 / (hidden_size + 1))^2) from a generator seeded with ``seed``; bias = 0."""
     generator = torch.Generator().manual_seed(seed)
@@ -46,8 +52,8 @@ class CriticModel(nn.Module):
     """``values = value_head(backbone(...).last_hidden_state)``: one scalar per position.
 
     ``backbone`` is a transformers base model (``AutoModel``: embeddings + decoder layers + final norm, no LM
-    head). Under ZeRO-3 it may be partitioned; the value head is a plain layer that DeepSpeed partitions when the
-    engine is built.
+    head; for a vision-language model its vision tower and connector too, fed the batch's pixel inputs). Under
+    ZeRO-3 it may be partitioned; the value head is a plain layer that DeepSpeed partitions when the engine is built.
     """
 
     def __init__(self, backbone: nn.Module, value_head: nn.Linear | None = None, *, bias: bool = False, seed: int = 0):
@@ -55,7 +61,7 @@ class CriticModel(nn.Module):
         self.backbone = backbone
         if value_head is None:
             dtype = next(backbone.parameters()).dtype
-            value_head = init_value_head_(nn.Linear(backbone.config.hidden_size, 1, bias=bias, dtype=dtype), seed)
+            value_head = init_value_head_(nn.Linear(hidden_size(backbone.config), 1, bias=bias, dtype=dtype), seed)
         self.value_head = value_head
 
     @property
@@ -86,9 +92,7 @@ def response_values(critic, batch: PaddedBatch | PackedBatch) -> torch.Tensor:
     ``critic`` is a ``CriticModel`` or a DeepSpeed engine wrapping one. Runs in the caller's grad mode.
     """
     if isinstance(batch, PaddedBatch):
-        values = critic(
-            input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
-        )  # [batch, P+T]
+        values = critic(**batch.model_inputs())  # [batch, P+T]; a VLM batch adds its pixel inputs
         grid = batch.response_slice(values)  # [batch, T]
         return torch.where(batch.action_mask, grid, torch.zeros_like(grid))
     if isinstance(batch, PackedBatch):
@@ -132,7 +136,7 @@ def load_critic(
     from safetensors.torch import load_file
 
     state = load_file(str(head_file))
-    head = nn.Linear(backbone.config.hidden_size, 1, bias="bias" in state, dtype=dtype)
+    head = nn.Linear(hidden_size(backbone.config), 1, bias="bias" in state, dtype=dtype)
     head.load_state_dict({k: v.to(dtype) for k, v in state.items()})
     return CriticModel(backbone, head)
 

@@ -147,6 +147,13 @@ def train_tokenizer(vocab_size: int, seed: int = 0, corpus: str = "math"):
     return wrapped
 
 
+def text_shape(spec, eos_id: int, pad_id: int) -> dict:
+    """The decoder's config fields of a tiny spec (widths, layers, heads, context) and its special ids, no BOS."""
+    fields = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+    shape = {name: getattr(spec, name) for name in (*fields, "max_position_embeddings")}
+    return shape | {"bos_token_id": None, "eos_token_id": eos_id, "pad_token_id": pad_id}
+
+
 def build_tiny_model(path: Path, spec: TinyModelSpec | None = None) -> Path:
     """Build the tokenizer and random-init model for ``spec`` into ``path`` (atomically). Returns ``path``."""
     import torch
@@ -157,16 +164,8 @@ def build_tiny_model(path: Path, spec: TinyModelSpec | None = None) -> Path:
     eos_id, pad_id = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
     config = Qwen2Config(
         vocab_size=spec.vocab_size,
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads,
-        max_position_embeddings=spec.max_position_embeddings,
+        **text_shape(spec, eos_id, pad_id),
         tie_word_embeddings=spec.tie_word_embeddings,
-        bos_token_id=None,
-        eos_token_id=eos_id,
-        pad_token_id=pad_id,
         dtype="float32",
     )
     torch.manual_seed(spec.seed)

@@ -99,7 +99,7 @@ def build_tiny_vlm(path: Path, spec: TinyVLMSpec | None = None) -> Path:
         LlamaConfig,
     )
 
-    from reasonrl.models.tiny import train_tokenizer
+    from reasonrl.models.tiny import text_shape, train_tokenizer
 
     spec = spec or VLM_SPEC
     tokenizer = train_tokenizer(2048, spec.seed, "math")
@@ -107,19 +107,7 @@ def build_tiny_vlm(path: Path, spec: TinyVLMSpec | None = None) -> Path:
     tokenizer.chat_template = VLM_CHAT_TEMPLATE
     eos_id, pad_id, image_id = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>", "<image>"])
     vocab_size = -(-len(tokenizer) // 64) * 64  # rounded up; the ids past the tokenizer are never produced
-    text = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads,
-        max_position_embeddings=spec.max_position_embeddings,
-        bos_token_id=None,
-        eos_token_id=eos_id,
-        pad_token_id=pad_id,
-        tie_word_embeddings=False,
-    )
+    text = LlamaConfig(vocab_size=vocab_size, **text_shape(spec, eos_id, pad_id), tie_word_embeddings=False)
     vision = dict(
         hidden_size=spec.vision_hidden_size,
         intermediate_size=2 * spec.vision_hidden_size,

@@ -79,8 +79,8 @@ def test_a_prompt_without_a_picture_in_a_vlm_run_is_refused():
 
 
 def test_what_the_image_path_does_not_do_yet_is_refused_with_the_reason():
-    text = refusal(vision_cfg(advantage_estimator="gae", critic_num_nodes=1))
-    assert "advantage_estimator: a critic on a vision-language model is not supported yet" in text
+    text = refusal(vision_cfg(reward_pretrain="tiny", reward_num_nodes=1))
+    assert "reward_pretrain: a learned reward model is not supported in a vision-language run yet" in text
 
 
 def test_a_frozen_tower_keeps_the_engines_weights_between_syncs():

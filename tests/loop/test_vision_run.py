@@ -106,7 +106,8 @@ def test_the_eval_cli_scores_the_exported_vlm_as_the_trainer_did(vision_run, tmp
 
 def test_a_frozen_vision_tower_does_not_train_and_is_sent_once(ray_cluster, tmp_path):
     """``freeze_vision_tower``: the image encoder keeps the warm start's weights exactly, and every sync after the
-    first sends only what trains (checked exactly and probed like a full sync)."""
+    first sends only what trains (checked exactly and probed like a full sync). The run is PPO with a critic, which
+    reads the pictures too (the critic's own vision tower trains)."""
     import torch
     from safetensors.torch import load_file
 
@@ -122,6 +123,8 @@ def test_a_frozen_vision_tower_does_not_train_and_is_sent_once(ray_cluster, tmp_
         max_steps=2,
         eval_interval=0,
         save_interval=2,
+        advantage_estimator="gae",
+        critic_num_nodes=1,
     )
     BasePPOExp(cfg).run()
     rows = read_rows(tmp_path / "frozen")
@@ -135,3 +138,4 @@ def test_a_frozen_vision_tower_does_not_train_and_is_sent_once(ray_cluster, tmp_
     for step in (1, 2):
         assert rows[step]["sync/bytes"] == trainable, (step, rows[step]["sync/bytes"], trainable, everything)
         assert rows[step]["sync/probe_max_abs_diff"] < 1e-4
+        assert rows[step]["critic/grad_norm"] > 0 and math.isfinite(rows[step]["critic/value_loss"])

@@ -193,3 +193,25 @@ def test_lora_with_a_frozen_tower_puts_no_adapter_in_it(tiny_vlm_dir):
     assert any(".text_model." in n for n in lora)
     trainable = [n for n, p in adapted.named_parameters() if p.requires_grad]
     assert set(trainable) == set(lora)
+
+
+def test_a_vlm_critic_reads_the_pictures_and_scores_each_sample_as_alone(tiny_vlm_dir, one_thread):
+    """The critic's backbone is the VLM without its LM head (vision tower and connector included): its values take
+    the batch's pixel inputs, per sample as when alone, and change with the picture."""
+    from reasonrl.models import load_critic, response_values
+
+    critic = load_critic(tiny_vlm_dir).eval()
+    processor = load_processor(tiny_vlm_dir)
+    vision = VisionInputs(tiny_vlm_dir)
+    images = [[im] for im in _pictures(4, [(56, 56), (44, 56)])]
+    texts = ["<image>How many dots?", "Count: <image> how many?"]
+    prompts = [list(processor(text=[t], images=[i])["input_ids"][0]) for t, i in zip(texts, images, strict=True)]
+    samples = [(prompts[0], [12, 40, 7]), (prompts[1], [5, 9])]
+    with torch.no_grad():
+        together = response_values(critic, dataclasses.replace(pad_batch(samples, 0), vision=vision(images)))
+        for i, sample in enumerate(samples):
+            alone = response_values(critic, dataclasses.replace(pad_batch([sample], 0), vision=vision([images[i]])))
+            torch.testing.assert_close(together[i, : len(sample[1])], alone[0, : len(sample[1])], atol=2e-5, rtol=0)
+        other = [[_pictures(8, [(56, 56)])[0]]]
+        moved = response_values(critic, dataclasses.replace(pad_batch(samples[:1], 0), vision=vision(other)))
+    assert (moved[0, :3] - together[0, :3]).abs().max() > 1e-6
