@@ -61,6 +61,9 @@ class SamplingConfig:
 class VLLMEngine:
     """One vLLM engine (one data-parallel replica; ``tensor_parallel_size`` devices inside it)."""
 
+    max_images_per_prompt = 0  # a vision-language engine's limit (set by __init__; stand-ins keep the text defaults)
+    banned_token_ids: tuple[int, ...] = ()  # token ids never sampled (a VLM's image tokens)
+
     def __init__(
         self,
         model_path: str,
