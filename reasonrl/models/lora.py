@@ -92,10 +92,13 @@ def lora_problems(model_path: str, target_modules) -> list[str]:
     """Why LoRA adapters on ``target_modules`` cannot be added to the model at ``model_path`` (empty when they
     can), checked on a meta-device model built from its config: no weights are read."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
+    from reasonrl.models.vision import auto_model_class
+
+    config = AutoConfig.from_pretrained(model_path)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
+        model = auto_model_class(config).from_config(config)  # a vision-language model with its image-text class
     return [f"{p} (pretrain={model_path})" for p in target_problems(model, list(target_modules))]
 
 
