@@ -8,7 +8,8 @@ Prints bytes, buckets and seconds per phase for each sync (gather, load = transp
 fingerprint check, verify = the probe), and the probe's max |logprob diff|. ``ipc`` runs over shared memory here
 (the CPU form of the colocated GPU transport, CUDA IPC). ``--lora-rank r``: the policy trains LoRA adapters; the
 sync is ``full`` (no adapters), ``merged`` (W + s*B@A per bucket) or ``adapter`` (the adapter only, through vLLM's
-LoRA support; one bucket, probe check only). Each configuration prints the median total over its syncs.
+LoRA support; one bucket, probe check only). Each configuration prints the median total over its syncs after the
+first, with quartiles.
 """
 
 from __future__ import annotations
@@ -63,7 +64,12 @@ def bench(
                 f"({report.params_checked} params checked, {report.reload_warnings_dropped} reload warnings dropped)  "
                 f"probe diff {report.probe_max_abs_diff:.1e}"
             )
-        print(f"{label} median total over {repeats} syncs: {statistics.median(totals):.3f}s")
+        steady = totals[1:] or totals  # the first sync of a process pays one-time costs (plan, group, warm-up)
+        quartiles = statistics.quantiles(steady, n=4) if len(steady) > 1 else [steady[0]] * 3
+        print(
+            f"{label} median total over syncs 2..{repeats}: {statistics.median(steady):.3f}s "
+            f"(quartiles {quartiles[0]:.3f}-{quartiles[2]:.3f}s; first sync {totals[0]:.3f}s)"
+        )
     finally:
         ray.get(engine.shutdown.remote())
         ray.kill(engine)
@@ -74,7 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", choices=["tiny", "smollm2", "both"], default="both")
     parser.add_argument("--bucket-mb", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=11, help="syncs per configuration (the first is left out)")
     parser.add_argument("--transport", choices=["broadcast", "ipc", "object_store", "all"], default="all")
     parser.add_argument("--verify-with", choices=["sent_weights", "trainer_forward", "both"], default="sent_weights")
     parser.add_argument("--lora-rank", type=int, default=0, help="LoRA adapters on the policy (0: none)")
