@@ -28,6 +28,7 @@ CORE = [
     "antlr4-python3-runtime==4.13.2",  # latex2sympy2_extended ships parsers only for 4.9.3 / 4.11 / 4.13.2
     "matplotlib>=3.7",
     "peft==0.21.2",  # LoRA adapters (lora_rank > 0)
+    "pillow>=10",  # images of vision-language rows (reasonrl/data/images.py)
 ]
 
 EXTRAS = {
