@@ -118,18 +118,6 @@ def prompt_text(row: dict) -> str:
     return str(row.get("question", ""))
 
 
-def split_on_placeholders(text: str) -> list[dict]:
-    """Chat content parts of ``text``: ``{"type": "text", "text": ...}`` and one ``{"type": "image"}`` per
-    ``<image>`` placeholder, in order (what a processor's chat template renders)."""
-    parts: list[dict] = []
-    for i, piece in enumerate(text.split(IMAGE_PLACEHOLDER)):
-        if i:
-            parts.append({"type": "image"})
-        if piece:
-            parts.append({"type": "text", "text": piece})
-    return parts
-
-
 def image_arrays(images: Sequence) -> list:
     """``uint8 [H, W, 3]`` numpy arrays of PIL images (what travels to the workers and the engines)."""
     import numpy as np

@@ -29,6 +29,7 @@ from reasonrl.dataplane.completion import Completion, TurnRequest
 from reasonrl.distributed.engine_residency import EngineResidency
 from reasonrl.distributed.platform import apply_runtime_env, placed_device
 from reasonrl.distributed.vllm_worker_extension import WeightBroadcastReceiver
+from reasonrl.models.vision import media_token_ids, read_config
 from reasonrl.utils.hub import local_model_folder
 from reasonrl.utils.worker_logs import install_worker_log_sink
 
@@ -134,7 +135,7 @@ class VLLMEngine:
             kwargs["limit_mm_per_prompt"] = {"image": max_images_per_prompt}
             # a sampled image token in a response would be merged with image features by every trainer forward
             # (which then fail: more image tokens than features); it is never text, so it is never sampled
-            self.banned_token_ids = media_token_ids(self.model_path)
+            self.banned_token_ids = media_token_ids(read_config(self.model_path))
         self.lora_versions = max(lora_versions, 1)
         self.lora_requests: list[Any] = []  # registered adapters, oldest first; the last one serves new requests
         self._adapter_root: str | None = None  # this engine's adapter folders (load_adapter), removed at shutdown
@@ -426,16 +427,6 @@ def vllm_lora_rank(rank: int) -> int:
         if rank <= allowed:
             return allowed
     raise ValueError(f"lora_rank={rank}: vLLM serves adapters of rank <= {VLLM_LORA_RANKS[-1]}")
-
-
-def media_token_ids(model_path: str) -> tuple[int, ...]:
-    """The ids that stand for image or video features in a vision-language model's prompts (its config's
-    ``image_token_id`` / ``image_token_index`` / ``video_token_id``)."""
-    import json
-
-    config = json.loads((Path(model_path) / "config.json").read_text())
-    keys = ("image_token_id", "image_token_index", "video_token_id", "video_token_index")
-    return tuple(sorted({int(config[k]) for k in keys if config.get(k) is not None}))
 
 
 def _engine_prompt(ids: Sequence[int], images: Sequence | None) -> dict[str, Any]:

@@ -191,6 +191,8 @@ class BucketSender:
         self.frozen: dict[str, Any] = {}
         # LoRA: the engines get the base model's names, each adapted weight merged (W + s*B@A) per bucket
         self.merge = merge_plan(module) if is_adapted(module) else None
+        frozen = {n for n, p in module.named_parameters() if not p.requires_grad}
+        self.frozen_names = frozen if self.merge is None else set()  # (LoRA: every base weight is frozen, all sent)
 
     def layout(self, trainable_only: bool = False) -> list[tuple[str, tuple[int, ...], str]]:
         """``(name, full shape, dtype)`` of every parameter in ``named_parameters()`` order (ZeRO-3: the full
@@ -263,9 +265,8 @@ class BucketSender:
         digests = named_fingerprints(named) if self.rank == 0 else {}
         if keep is not KeepSent.NONE and self.rank == 0:
             self.sent |= {n: t.cpu() for n, t in named}
-        if self.rank == 0 and self.merge is None:  # frozen parameters as sent (kept for syncs that skip them)
-            params = dict(self.module.named_parameters())
-            self.frozen |= {n: t.cpu() for n, t in named if not params[n].requires_grad}
+        if self.rank == 0 and self.frozen_names:  # frozen parameters as sent (kept for syncs that skip them)
+            self.frozen |= {n: t.cpu() for n, t in named if n in self.frozen_names}
         return {
             "gather_s": gather_s,
             "send_s": time.perf_counter() - start,

@@ -19,13 +19,12 @@ def greedy_texts(
     import torch
     from transformers import AutoTokenizer
 
-    from reasonrl.models.vision import auto_model_class, load_processor
+    from reasonrl.models.vision import auto_model_class, load_processor, media_token_ids
 
     tok = AutoTokenizer.from_pretrained(model_path)
     model = auto_model_class(str(model_path)).from_pretrained(model_path, dtype=torch.float32).eval()
     processor = load_processor(model_path) if images is not None else None
-    config = model.config.to_dict()
-    media = [config[k] for k in ("image_token_id", "image_token_index", "video_token_id") if config.get(k) is not None]
+    media = list(media_token_ids(model.config.to_dict()))
     texts = []
     for lo in range(0, len(questions), batch_size):
         pixels: dict = {}

@@ -78,6 +78,14 @@ def image_token_id(model_path: str | Path) -> int | None:
     return None if value is None else int(value)
 
 
+def media_token_ids(config: dict[str, Any]) -> tuple[int, ...]:
+    """The ids that stand for image or video features in a VLM's prompts (``image_token_id`` /
+    ``image_token_index`` / ``video_token_id`` / ``video_token_index`` of its config dict): never text, so never
+    sampled (a sampled one would be merged with image features by every later forward)."""
+    keys = ("image_token_id", "image_token_index", "video_token_id", "video_token_index")
+    return tuple(sorted({int(config[k]) for k in keys if config.get(k) is not None}))
+
+
 def auto_model_class(model_path_or_config):
     """The transformers auto class that loads a model (a folder, or a config object) with its LM head:
     ``AutoModelForImageTextToText`` for a VLM (``AutoModelForCausalLM`` does not map them), else

@@ -48,6 +48,7 @@ def encode_pairs(
     A row with ``images`` (a vision-language model's ``processor`` given) is encoded by the processor, its image
     placeholders expanded into image tokens, never cut: longer than ``max_prompt_len`` is an error naming it."""
     eos = tokenizer.eos_token_id
+    placeholder = _placeholder(processor)
     if eos is None:
         raise ValueError("the tokenizer has no eos_token_id: SFT targets must end with EOS so generation stops")
     if response_field == CONVERSATION:
@@ -67,7 +68,7 @@ def encode_pairs(
                 f"{where}: row {i}: {exc}; set prompt_field to the field holding the question"
             ) from None
         if row.get("images"):
-            prompt = _image_prompt(row, i, text, processor, max_prompt_len, where)
+            prompt = _image_prompt(row, i, text, processor, placeholder, max_prompt_len, where)
         else:
             prompt = tokenizer(text, add_special_tokens=False).input_ids[-max_prompt_len:]
         if not prompt:
@@ -83,16 +84,23 @@ def encode_pairs(
     return samples, dropped
 
 
-def _image_prompt(row: dict, index: int, text: str, processor, max_prompt_len: int, where: str) -> list[int]:
+def _placeholder(processor) -> str | None:
+    """A vision-language processor's image placeholder (found once per encode: it renders the chat template)."""
+    from reasonrl.models.vision import image_placeholder
+
+    return None if processor is None else image_placeholder(processor)
+
+
+def _image_prompt(
+    row: dict, index: int, text: str, processor, placeholder: str | None, max_prompt_len: int, where: str
+) -> list[int]:
     """The prompt ids of a row with images: the processor's, with each image's tokens expanded (as vLLM expands
     them in the rollout)."""
     from reasonrl.data.images import IMAGE_PLACEHOLDER
-    from reasonrl.models.vision import image_placeholder
 
     name = f"{where}: row {index} (id {row.get('id', '?')!r})"
     if processor is None:
         raise DataFormatError(f"{name} has images, but the model is not a vision-language model (no image processor)")
-    placeholder = image_placeholder(processor)
     if placeholder != IMAGE_PLACEHOLDER:
         text = text.replace(IMAGE_PLACEHOLDER, placeholder)
     ids = [int(t) for t in processor(text=[text], images=[list(row["images"])])["input_ids"][0]]

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from reasonrl.data import load_rows
-from reasonrl.data.images import ImageError, decode_image, fit_pixels, load_row_images, split_on_placeholders
+from reasonrl.data.images import ImageError, decode_image, fit_pixels, load_row_images
 from reasonrl.data.overlap import text_overlaps
 from reasonrl.data.sources import DataFormatError
 
@@ -65,11 +65,6 @@ def test_each_image_needs_its_placeholder(tmp_path, picture):
         load_row_images(row, tmp_path, "row 0")
     with pytest.raises(ImageError, match="more than max_images_per_prompt=1"):
         load_row_images(row | {"images": [_png(picture)] * 2}, tmp_path, "row 0", max_images=1)
-    assert split_on_placeholders("<image>How many? <image>") == [
-        {"type": "image"},
-        {"type": "text", "text": "How many? "},
-        {"type": "image"},
-    ]
 
 
 def test_load_rows_reads_easyr1_rows_with_images_next_to_the_data_file(tmp_path, picture):
