@@ -77,9 +77,16 @@ def bench(
 
 
 def main() -> None:
+    from reasonrl.config import BasePPOExpConfig
+
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", choices=["tiny", "smollm2", "both"], default="both")
-    parser.add_argument("--bucket-mb", type=int, default=64)
+    parser.add_argument(
+        "--bucket-mb",
+        type=int,
+        default=BasePPOExpConfig.sync_bucket_mb,
+        help="bucket size in MiB (default: the trainer's, sync_bucket_mb)",
+    )
     parser.add_argument("--repeats", type=int, default=11, help="syncs per configuration (the first is left out)")
     parser.add_argument("--transport", choices=["broadcast", "ipc", "object_store", "all"], default="all")
     parser.add_argument("--verify-with", choices=["sent_weights", "trainer_forward", "both"], default="sent_weights")

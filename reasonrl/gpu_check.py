@@ -291,7 +291,7 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
         def sync():
             """The trainer's colocated order: SYNC -> load + exact check -> GENERATION -> probe."""
             enter(Phase.SYNC)
-            report = asyncio.run(syncer.load())
+            report = asyncio.run(syncer.load(probe))
             phases.synced()
             enter(Phase.GENERATION)
             return asyncio.run(syncer.verify(probe, report))

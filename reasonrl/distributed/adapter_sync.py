@@ -35,9 +35,9 @@ class AdapterSyncer:
         self.probe: DifferentialProbe | None = None
         self.registered: list[list[int]] = []  # per engine: the adapter versions it holds after the last sync
 
-    async def load(self, probe: bool = True) -> SyncReport:
-        """Gather the adapter, register it on every engine as the next version. ``probe`` is accepted for the
-        ``WeightSyncer`` interface (the probe here always runs the training model's forward)."""
+    async def load(self, probe_ids: Sequence[int] | None = None) -> SyncReport:
+        """Gather the adapter, register it on every engine as the next version. ``probe_ids`` is accepted for the
+        ``WeightSyncer`` interface (the probe here always runs the training model's forward, in :meth:`verify`)."""
         import ray
 
         start = time.perf_counter()
@@ -75,7 +75,7 @@ class AdapterSyncer:
         return report
 
     async def sync(self, probe_ids: Sequence[int] | None) -> SyncReport:
-        report = await self.load(probe=probe_ids is not None)
+        report = await self.load(probe_ids)
         return report if probe_ids is None else await self.verify(probe_ids, report)
 
     def run(self, probe_ids: Sequence[int] | None) -> SyncReport:

@@ -28,7 +28,11 @@ Fingerprint = tuple[int, int, int]  # (numel, S, W), S and W mod 2^64
 MASK = (1 << 64) - 1
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _ROW = 1024  # elements per matrix row: a row's weighted sum stays below 2^53, exact in float64
-_ROWS_PER_PASS = 4096  # rows converted to float64 at a time (32 MiB)
+# rows converted to float64 at a time: 8 MiB on CPU, where a pass that fits the cache is ~9x faster for a large
+# tensor than 32 MiB passes (SmolLM2's 113 MB embedding: 9 ms against 75 ms on 2 cores); 32 MiB on a GPU (fewer
+# kernel launches)
+_ROWS_PER_PASS = {"cpu": 1024}
+_ROWS_PER_PASS_DEVICE = 4096
 
 
 def fingerprint(tensor: torch.Tensor) -> Fingerprint:
@@ -51,8 +55,9 @@ def fingerprint(tensor: torch.Tensor) -> Fingerprint:
             [torch.ones(_ROW, dtype=torch.float64, device=flat.device), torch.arange(1, _ROW + 1, device=flat.device)]
         ).T.to(torch.float64)  # [_ROW, 2]
         matrix = ints[: rows * _ROW].view(rows, _ROW)
-        for first in range(0, rows, _ROWS_PER_PASS):
-            part = matrix[first : first + _ROWS_PER_PASS]
+        per_pass = _ROWS_PER_PASS.get(flat.device.type, _ROWS_PER_PASS_DEVICE)
+        for first in range(0, rows, per_pass):
+            part = matrix[first : first + per_pass]
             sums = (part.to(torch.float64) @ weights).to(torch.int64)  # [rows of the pass, 2]: S_row, sum (j+1) x
             offsets = torch.arange(first, first + part.shape[0], dtype=torch.int64, device=flat.device) * _ROW
             s += sums[:, 0].sum()

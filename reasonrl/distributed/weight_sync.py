@@ -314,7 +314,10 @@ class _BucketPlan:
     def of(cls, layout: Sequence[tuple[str, tuple[int, ...], str]], bucket_bytes: int) -> _BucketPlan:
         by_name = {name: (name, shape, dtype) for name, shape, dtype in layout}
         sizes = [(name, sync_group.numel(shape) * _itemsize(dtype)) for name, shape, dtype in layout]
-        buckets = plan_buckets(sizes, bucket_bytes)
+        size_of = dict(sizes)
+        # smallest first, largest last (stable): the engines start after a short first gather, and rank 0 scores
+        # the sent_weights probe while the engines load the largest bucket
+        buckets = sorted(plan_buckets(sizes, bucket_bytes), key=lambda names: sum(size_of[n] for n in names))
         return cls(
             buckets=buckets,
             layouts=[[by_name[n] for n in names] for names in buckets],
@@ -331,13 +334,14 @@ class WeightSyncer:
 
     One sync (:meth:`load` then :meth:`verify`; :meth:`sync` runs both)::
 
-        for bucket in plan_buckets(param sizes):           # never splitting a decoder layer
+        for bucket in plan_buckets(param sizes):           # never splitting a decoder layer; smallest first
             broadcast:    engines: receive_weights(layout)  ||  policy ranks: gather to rank 0, rank 0 broadcasts
             object_store: policy ranks: gather, rank 0 ray.put  ->  engines: load_packed(layout, ref)
             (an engine loads bucket k while the policy gathers bucket k+1)
         check:  every engine worker's fingerprints of what it received and holds vs rank 0's of what it sent
         verify: every engine's probe log-probs vs the trainer's (sent_weights: rank 0's host model on the weights
-                it sent; trainer_forward: the training model's forward), DifferentialProbe -> WeightSyncError
+                it sent, scored while the engines load the last bucket; trainer_forward: the training model's
+                forward), DifferentialProbe -> WeightSyncError
 
     ``sent_weights`` proves every engine holds exactly what rank 0 sent, and moved as the weights moved; it does not
     re-check the gather, which is bit-tested against DeepSpeed's own all-gather. It keeps one full copy of the
@@ -381,6 +385,7 @@ class WeightSyncer:
         self.plans: dict[str, _BucketPlan] = {}  # "all" parameters, and "trainable" ones when trainable_only
         self.all_names: list[str] = []
         self.synced_once = False
+        self.sent_probe: tuple[list[int], Any] | None = None  # sent_weights: (probe ids, rank 0's score of them)
 
     def run(self, probe_ids: Sequence[int] | None) -> SyncReport:
         """:meth:`sync` from synchronous code (scripts, tests); not inside a running event loop."""
@@ -390,21 +395,24 @@ class WeightSyncer:
 
     async def sync(self, probe_ids: Sequence[int] | None) -> SyncReport:
         """:meth:`load`, then :meth:`verify` (engines fully awake: split placement, scripts, tests)."""
-        report = await self.load(probe=probe_ids is not None)
+        report = await self.load(probe_ids)
         if probe_ids is not None:
             await self.verify(probe_ids, report)
         return report
 
-    async def load(self, probe: bool = True) -> SyncReport:
+    async def load(self, probe_ids: Sequence[int] | None = None) -> SyncReport:
         """Send the policy's current weights to every engine and check them exactly (raises WeightSyncError).
 
         Legal while the engines' KV cache sleeps (device phase SYNC): it loads weights and reads fingerprints, it
-        never generates. ``probe``: a :meth:`verify` follows (``sent_weights``: rank 0 keeps the tensors for it)."""
+        never generates. ``probe_ids``: the probe a :meth:`verify` of the same ids follows with; with
+        ``sent_weights`` rank 0 keeps the tensors it sends and scores the probe on them as soon as the last bucket
+        is sent, while the engines load it and check (no engine is involved: legal in SYNC)."""
         await self._plan()
         self._use_plan("trainable" if self.trainable_only and self.synced_once else "all")
         if self.transport == "broadcast" and not self.joined:
             await self._join()
-        keeps = probe and self.verify_with == "sent_weights"
+        keeps = probe_ids is not None and self.verify_with == "sent_weights"
+        self.sent_probe = None
         share_ranks = sum(self.workers) if self.transport == "ipc" else 1
         start, gather_s, loads, sent_digests = time.perf_counter(), 0.0, [], {}
         try:
@@ -414,11 +422,13 @@ class WeightSyncer:
                 send = ("send_bucket", names, self.transport, keep, share_ranks)
                 if self.transport == "broadcast":  # the engines wait for the broadcast the ranks are about to send
                     receives = self.engine_loads(k, layout, None)
-                    loads += receives
                     sends = self.policy.call_async(*send)
-                    # awaited together: an engine that dies fails the sync at once, while rank 0 would wait in the
-                    # broadcast for it until the group's timeout
-                    sent = (await gather_all([*sends, *receives]))[: len(sends)]
+                    # the ranks' send of bucket k ends when the engines received it; they load it while the ranks
+                    # gather bucket k+1 (an engine runs its calls in order: it receives k+1 once k is loaded). Any
+                    # engine call failing fails the sync at once; rank 0 would otherwise wait in the broadcast for
+                    # a dead engine until the group's timeout
+                    sent = await gather_watching([*sends, *loads], watched=receives)
+                    sent, loads = sent[: len(sends)], receives
                 elif self.transport == "ipc":  # one bucket shared at a time: the sender frees the last one first
                     await gather_all(loads)
                     sent = await gather_all(self.policy.call_async(*send))
@@ -429,6 +439,8 @@ class WeightSyncer:
                     loads = self.engine_loads(k, layout, sent)
                 gather_s += sent[0]["gather_s"]
                 sent_digests |= sent[0]["digests"]
+            if keeps:  # rank 0 is free once the last bucket is sent: it scores the probe while the engines load
+                self.sent_probe = (list(probe_ids), self.policy.actors[0].sent_probe_logprobs.remote(list(probe_ids)))
             await gather_all(loads)
         finally:
             if self.transport == "ipc":
@@ -508,14 +520,42 @@ class WeightSyncer:
         first = self.probe is None
         engine_refs = [engine.prompt_logprobs.remote(probe_ids) for engine in self.engines]
         repeat_refs = [engine.prompt_logprobs.remote(probe_ids) for engine in self.engines] if first else None
-        if self.verify_with == "sent_weights":  # rank 0 only; the engines score the probe meanwhile
-            trainer = await self.policy.actors[0].sent_probe_logprobs.remote(probe_ids)
+        if self.verify_with == "sent_weights":  # rank 0's score, started by load(probe_ids)
+            if self.sent_probe is None or self.sent_probe[0] != probe_ids:
+                raise RuntimeError(
+                    "verify(probe_ids) with verify_with=sent_weights needs load(probe_ids) with the same ids first: "
+                    "rank 0 scores the probe on the tensors that load sent"
+                )
+            trainer, self.sent_probe = await self.sent_probe[1], None
         else:  # collective: every rank
             trainer = (await gather_all(self.policy.call_async("probe_logprobs", probe_ids)))[0]
         if self.probe is None:  # bf16: verify the change across each sync (kernel noise exceeds one step's move)
             self.probe = DifferentialProbe(tol=self.tol, exact=self.exact)
         repeat = await gather_all(repeat_refs) if repeat_refs is not None else None
         return self.probe.check(await gather_all(engine_refs), trainer, engine_repeat=repeat)
+
+
+async def gather_watching(needed: Sequence, watched: Sequence) -> list:
+    """The results of ``needed`` (refs / awaitables, awaited together), raising as soon as one of them or of
+    ``watched`` fails; ``watched`` may still be running on return (await them later)."""
+    import asyncio
+
+    async def result(ref):
+        return await ref
+
+    everything = asyncio.ensure_future(gather_all(needed))
+    watchers = [asyncio.ensure_future(result(ref)) for ref in watched]
+    try:
+        pending = {everything, *watchers}
+        while not everything.done():
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task.exception() is not None:
+                    raise task.exception()
+        return everything.result()
+    finally:
+        for task in [everything, *watchers]:
+            task.cancel()
 
 
 def _raise_failed(refs: Sequence) -> None:

@@ -336,7 +336,7 @@ class PPOTrainer:
                 await gather_all([engine.ready.remote() for engine in self.roles.engines])  # in order)
             syncer = self.weight_syncer()
             await self.phases.enter(Phase.SYNC)
-            report = await syncer.load()
+            report = await syncer.load(self.probe_ids)
             self.phases.synced()
             await self.phases.enter(Phase.GENERATION)
             await syncer.verify(self.probe_ids, report)

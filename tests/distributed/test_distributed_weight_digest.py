@@ -49,7 +49,7 @@ def test_fingerprint_is_the_definition_whatever_the_row_and_pass_sizes(dtype, n,
         else torch.randn(n).to(dtype)
     )
     assert wd.fingerprint(t) == _by_definition(t)
-    monkeypatch.setattr(wd, "_ROWS_PER_PASS", 2)
+    monkeypatch.setattr(wd, "_ROWS_PER_PASS", {"cpu": 2})
     assert wd.fingerprint(t) == _by_definition(t)
     extremes = torch.tensor([-(2**31), 2**31 - 1] * 1024, dtype=torch.int32).view(torch.float32)
     assert wd.fingerprint(extremes) == _by_definition(extremes)
