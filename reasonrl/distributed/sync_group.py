@@ -43,11 +43,18 @@ def create_group(address: str, port: int, rank: int, world_size: int, backend: s
 
 def broadcast(group, tensor: torch.Tensor) -> None:
     """Broadcast ``tensor`` in place from rank 0 of ``group`` (blocks until done)."""
+    post_broadcast(group, tensor).wait()
+
+
+def post_broadcast(group, tensor: torch.Tensor):
+    """Start broadcasting ``tensor`` in place from rank 0 of ``group``; returns the work (``.wait()`` blocks until
+    done). The process group runs it on its own threads (gloo) or stream (NCCL), so the caller can compute
+    meanwhile; a group runs its operations in the order they were posted."""
     import torch.distributed as dist
 
     options = dist.BroadcastOptions()
     options.rootRank = 0
-    group.broadcast([tensor], options).wait()
+    return group.broadcast([tensor], options)
 
 
 def bucket_layout(named_tensors: Sequence[tuple[str, torch.Tensor]]) -> BucketLayout:

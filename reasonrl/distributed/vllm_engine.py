@@ -332,11 +332,13 @@ class VLLMEngine:
         self.llm.collective_rpc("reasonrl_load_packed", args=(list(layout), payload))
         return len(layout)
 
-    def receive_weights(self, layout) -> int:
+    def receive_weights(self, layout, next_layout=None) -> int:
         """Receive one bucket from the weight-broadcast group (one broadcast per dtype, see ``sync_group.pack``) and
-        load it in place, like :meth:`load_packed`. Returns the number of tensors loaded."""
+        load it in place, like :meth:`load_packed`. ``next_layout``: the sync's next bucket, received while this
+        one loads (the next call must ask for it). Returns the number of tensors loaded."""
         self.residency.check_load("receive_weights")
-        self.llm.collective_rpc("reasonrl_receive_weights", args=(list(layout),))
+        next_layout = None if next_layout is None else list(next_layout)
+        self.llm.collective_rpc("reasonrl_receive_weights", args=(list(layout), next_layout))
         return len(layout)
 
     def load_shared(self, layout, handles_per_worker: Sequence[Sequence[Any]]) -> int:

@@ -33,16 +33,28 @@ class WeightBroadcastReceiver:
         )
         return first_rank + int(self.rank)
 
-    def reasonrl_receive_weights(self, layout) -> None:
-        """One bucket over the broadcast group: one broadcast per dtype, then recorded and loaded."""
+    def reasonrl_receive_weights(self, layout, next_layout=None) -> None:
+        """One bucket over the broadcast group (one broadcast per dtype), then recorded and loaded.
+
+        ``next_layout``: the sync's next bucket, whose receive is posted before this one is loaded, so that it
+        arrives while vLLM reloads this one (the group runs it on its own threads or stream); the next call waits
+        for it. Two buckets' buffers are alive meanwhile."""
         from reasonrl.distributed import sync_group
 
         group = getattr(self, "_reasonrl_weight_group", None)
         if group is None:
             raise RuntimeError("receive_weights before join_weight_group: this worker is not in the sync group")
-        buffers = sync_group.empty_buffers(layout, self.device)
-        for buffer in buffers:
-            sync_group.broadcast(group, buffer)
+        posted = self.__dict__.pop("_reasonrl_posted", None)
+        if posted is None:
+            posted = _PostedReceive.post(group, layout, self.device)
+        elif posted.key != _PostedReceive.key_of(layout):
+            raise RuntimeError(
+                "weight sync out of order: the bucket received ahead is not the one asked for (an earlier sync "
+                "stopped half-way); restart the engines"
+            )
+        buffers = posted.wait()
+        if next_layout is not None:
+            self._reasonrl_posted = _PostedReceive.post(group, next_layout, self.device)
         self._reasonrl_load(sync_group.unpack(layout, buffers))
 
     def reasonrl_load_packed(self, layout, payload: list) -> None:
@@ -128,6 +140,30 @@ class WeightBroadcastReceiver:
             "params_unchecked": unchecked,
             "warnings_dropped": PartialReloadWarnings.take_count(),
         }
+
+
+class _PostedReceive:
+    """A bucket's broadcasts, posted and not yet waited for: the flat buffers they fill and their works."""
+
+    def __init__(self, key: list, buffers: list, works: list):
+        self.key, self.buffers, self.works = key, buffers, works
+
+    @staticmethod
+    def key_of(layout) -> list:
+        """The layout in a form that compares equal whichever way it travelled (lists or tuples)."""
+        return [(str(name), tuple(int(d) for d in shape), str(dtype)) for name, shape, dtype in layout]
+
+    @classmethod
+    def post(cls, group, layout, device) -> _PostedReceive:
+        from reasonrl.distributed import sync_group
+
+        buffers = sync_group.empty_buffers(layout, device)
+        return cls(cls.key_of(layout), buffers, [sync_group.post_broadcast(group, b) for b in buffers])
+
+    def wait(self) -> list:
+        for work in self.works:
+            work.wait()
+        return self.buffers
 
 
 class PartialReloadWarnings(logging.Filter):

@@ -336,6 +336,7 @@ class WeightSyncer:
 
         for bucket in plan_buckets(param sizes):           # never splitting a decoder layer; smallest first
             broadcast:    engines: receive_weights(layout)  ||  policy ranks: gather to rank 0, rank 0 broadcasts
+                          (an engine receives bucket k+1 while it loads k)
             object_store: policy ranks: gather, rank 0 ray.put  ->  engines: load_packed(layout, ref)
             (an engine loads bucket k while the policy gathers bucket k+1)
         check:  every engine worker's fingerprints of what it received and holds vs rank 0's of what it sent
@@ -462,8 +463,9 @@ class WeightSyncer:
         for the broadcast, which the engines receive from the group). ``ipc``: engine ``e``'s worker ``w`` opens
         the buffers of the policy rank on its device, rank ``sum(workers of engines < e) + w`` (``colocate_all``
         lays engines and policy ranks over the same bundles in the same order)."""
-        if sent is None:
-            return [engine.receive_weights.remote(layout) for engine in self.engines]
+        if sent is None:  # broadcast: each engine receives bucket k+1 while it loads k
+            following = self.layouts[k + 1] if k + 1 < len(self.layouts) else None
+            return [engine.receive_weights.remote(layout, following) for engine in self.engines]
         if self.transport == "ipc":
             calls, rank = [], 0
             for engine, count in zip(self.engines, self.workers, strict=True):

@@ -114,3 +114,39 @@ def test_broadcast_between_two_processes_over_gloo(tmp_path):
     ]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert all("equal True" in out for out in outs), outs
+
+
+def test_the_next_bucket_is_received_ahead_and_must_be_the_one_asked_for():
+    """The engine's receiver posts the next bucket's broadcast before it loads the current one; the next call must
+    ask for that bucket (a layout that came through msgpack as lists compares equal), any other is refused."""
+    from reasonrl.distributed.vllm_worker_extension import WeightBroadcastReceiver
+    from reasonrl.distributed.workers import free_port
+
+    class Receiver(WeightBroadcastReceiver):  # a vLLM worker's part: rank, device, and the load recorded
+        rank, device = 0, "cpu"
+
+        def __init__(self):
+            self.loaded: list[list[str]] = []
+
+        def _reasonrl_apply(self, named):
+            self.loaded.append([name for name, _ in named])
+
+    receiver = Receiver()
+    receiver._reasonrl_weight_group = sync_group.create_group("127.0.0.1", free_port(), 0, 1, "gloo", timeout_s=30)
+    a = [("a.w", (4, 2), "float32"), ("a.h", (3,), "float16")]
+    b = [("b.w", (5,), "float32")]
+    receiver.reasonrl_receive_weights(a, next_layout=[[n, list(s), d] for n, s, d in b])
+    assert receiver.loaded == [["a.w", "a.h"]] and receiver._reasonrl_posted.key == _key(b)
+    receiver.reasonrl_receive_weights(b)
+    assert receiver.loaded[-1] == ["b.w"] and not hasattr(receiver, "_reasonrl_posted")
+    assert set(receiver._reasonrl_received) == {"a.w", "a.h", "b.w"}
+
+    receiver.reasonrl_receive_weights(a, next_layout=b)
+    with pytest.raises(RuntimeError, match="out of order"):
+        receiver.reasonrl_receive_weights(a)
+
+
+def _key(layout):
+    from reasonrl.distributed.vllm_worker_extension import _PostedReceive
+
+    return _PostedReceive.key_of(layout)

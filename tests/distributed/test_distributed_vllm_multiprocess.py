@@ -117,11 +117,12 @@ def test_broadcast_transport_reaches_the_worker_process(mp_engine, tiny_model_di
     group = sync_group.create_group(address, port, 0, 2, "gloo", timeout_s=120)
     assert ray.get(joined) == 1
     buckets = plan_buckets(((n, t.numel() * t.element_size()) for n, t in state.items()), 64 * 1024)
+    layouts = [sync_group.bucket_layout([(n, state[n]) for n in bucket]) for bucket in buckets]
     loads = []
-    for bucket in buckets:
-        named = [(n, state[n]) for n in bucket]
-        loads.append(mp_engine.receive_weights.remote(sync_group.bucket_layout(named)))
-        for buffer in sync_group.pack(named):
+    for k, bucket in enumerate(buckets):  # each bucket's receive is posted while the one before loads
+        following = layouts[k + 1] if k + 1 < len(layouts) else None
+        loads.append(mp_engine.receive_weights.remote(layouts[k], following))
+        for buffer in sync_group.pack([(n, state[n]) for n in bucket]):
             sync_group.broadcast(group, buffer)
     assert sum(ray.get(loads)) == len(state)
     (report,) = ray.get(mp_engine.finish_weight_sync.remote(list(state)))  # one worker process
