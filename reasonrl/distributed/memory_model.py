@@ -25,7 +25,9 @@ Formulas (``P`` parameters, ``N`` the role's data-parallel size, ``w`` bytes per
 * vLLM: ``gpu_memory_utilization x device`` while generating (weights, KV cache, activations and CUDA graphs all live
   in that budget; vLLM refuses to start with less free); its weights alone, ``w P / TP``, in the SYNC phase (woken
   with ``tags=["weights"]``); nothing while asleep (sleep level 2 discards the weights too).
-* weight sync: one bucket (``sync_bucket_mb``) in flight.
+* weight sync: one bucket (``sync_bucket_mb``) in flight on the policy side. A broadcast engine (split placement)
+  holds two (the one it reloads and the next, received meanwhile) outside vLLM's budget: 0.5 GB at the default,
+  inside :data:`HEADROOM`.
 
 Not modelled: the CUDA context (~0.5 GB per process, two processes per device under colocation), allocator
 fragmentation, NCCL buffers; :data:`HEADROOM` keeps 8 GB of an 80 GB device for them.
