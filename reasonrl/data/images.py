@@ -25,6 +25,15 @@ from typing import Any
 IMAGE_PLACEHOLDER = "<image>"  # in a row's prompt text: where each image goes, in order
 
 
+def with_model_placeholder(text: str, placeholder: str | None) -> str:
+    """``text`` with each ``<image>`` written as the model's own image placeholder (``placeholder``, what its chat
+    template writes: ``<|vision_start|><|image_pad|><|vision_end|>`` for Qwen2-VL); unchanged when that is
+    ``<image>`` too or None (a text-only model)."""
+    if placeholder is None or placeholder == IMAGE_PLACEHOLDER:
+        return text
+    return text.replace(IMAGE_PLACEHOLDER, placeholder)
+
+
 class ImageError(ValueError):
     """An image of a row could not be read or decoded; the message names the file (or entry) and the row."""
 

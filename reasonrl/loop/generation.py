@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import torch
 
-from reasonrl.data.images import IMAGE_PLACEHOLDER
+from reasonrl.data.images import with_model_placeholder
 from reasonrl.dataplane.completion import Completion
 from reasonrl.distributed.worker_group import gather_all
 from reasonrl.loop.multi_turn import EnvTimes, MultiTurnRollout, MultiTurnSettings
@@ -159,12 +159,12 @@ class Generator:
 
         A row with images (vision-language model) keeps one image placeholder per image, written as the model's
         chat template writes it; vLLM expands each into the image's tokens. Its prompt is never cut (that would cut
-        image tokens): the check before start-up (``reasonrl.data.vision_check``) bounds its expanded length."""
+        image tokens): the check before start-up (``reasonrl.loop.vision_check``) bounds its expanded length."""
         ids = []
         for row in rows:
             text = self.template.render(row)
-            if row.get("images") and self.settings.image_placeholder not in (None, IMAGE_PLACEHOLDER):
-                text = text.replace(IMAGE_PLACEHOLDER, self.settings.image_placeholder)
+            if row.get("images"):
+                text = with_model_placeholder(text, self.settings.image_placeholder)
             tokens = self.tokenizer(text, add_special_tokens=False).input_ids
             ids.append(tokens if row.get("images") else tokens[-self.settings.max_prompt_len :])
         return ids

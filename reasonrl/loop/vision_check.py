@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from reasonrl.data.images import IMAGE_PLACEHOLDER
+from reasonrl.data.images import with_model_placeholder
 
 
 def vision_problems(
@@ -84,7 +84,7 @@ def _length_problems(cfg, tokenizer, template, sets: Mapping[str, Sequence[dict]
     def text_tokens(row: dict) -> int:
         text = template.render(row)
         if text not in text_lengths:
-            shown = text if placeholder == IMAGE_PLACEHOLDER else text.replace(IMAGE_PLACEHOLDER, placeholder)
+            shown = with_model_placeholder(text, placeholder)
             text_lengths[text] = len(tokenizer(shown, add_special_tokens=False).input_ids)
         return text_lengths[text]
 

@@ -96,13 +96,12 @@ def _image_prompt(
 ) -> list[int]:
     """The prompt ids of a row with images: the processor's, with each image's tokens expanded (as vLLM expands
     them in the rollout)."""
-    from reasonrl.data.images import IMAGE_PLACEHOLDER
+    from reasonrl.data.images import with_model_placeholder
 
     name = f"{where}: row {index} (id {row.get('id', '?')!r})"
     if processor is None:
         raise DataFormatError(f"{name} has images, but the model is not a vision-language model (no image processor)")
-    if placeholder != IMAGE_PLACEHOLDER:
-        text = text.replace(IMAGE_PLACEHOLDER, placeholder)
+    text = with_model_placeholder(text, placeholder)
     ids = [int(t) for t in processor(text=[text], images=[list(row["images"])])["input_ids"][0]]
     if len(ids) > max_prompt_len:
         raise DataFormatError(

@@ -135,3 +135,12 @@ def test_a_saved_hf_dataset_with_an_image_feature_loads_its_pictures(tmp_path, p
     datasets.Dataset.from_dict(data, features=features).save_to_disk(str(tmp_path / "snapshot"))
     (row,) = load_rows(tmp_path / "snapshot").rows
     assert row["question"] == "<image>How many?" and np.array_equal(row["images"][0], picture)
+
+
+def test_placeholders_are_written_as_the_model_writes_them():
+    from reasonrl.data.images import with_model_placeholder
+
+    qwen = "<|vision_start|><|image_pad|><|vision_end|>"
+    assert with_model_placeholder("<image>a<image>b", qwen) == f"{qwen}a{qwen}b"
+    assert with_model_placeholder("<image>a", "<image>") == "<image>a"  # Idefics3 writes it as the rows do
+    assert with_model_placeholder("<image>a", None) == "<image>a"  # a text-only model: nothing to replace
