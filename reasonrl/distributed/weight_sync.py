@@ -44,7 +44,7 @@ from reasonrl.distributed import sync_group
 from reasonrl.distributed.shared_buffers import BufferExporter
 from reasonrl.distributed.sync_checks import DifferentialProbe, check_received
 from reasonrl.distributed.weight_digest import named_fingerprints
-from reasonrl.distributed.worker_group import gather_all
+from reasonrl.distributed.worker_group import gather_all, gather_watching
 
 _LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
 
@@ -535,29 +535,6 @@ class WeightSyncer:
             self.probe = DifferentialProbe(tol=self.tol, exact=self.exact)
         repeat = await gather_all(repeat_refs) if repeat_refs is not None else None
         return self.probe.check(await gather_all(engine_refs), trainer, engine_repeat=repeat)
-
-
-async def gather_watching(needed: Sequence, watched: Sequence) -> list:
-    """The results of ``needed`` (refs / awaitables, awaited together), raising as soon as one of them or of
-    ``watched`` fails; ``watched`` may still be running on return (await them later)."""
-    import asyncio
-
-    async def result(ref):
-        return await ref
-
-    everything = asyncio.ensure_future(gather_all(needed))
-    watchers = [asyncio.ensure_future(result(ref)) for ref in watched]
-    try:
-        pending = {everything, *watchers}
-        while not everything.done():
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                if task.exception() is not None:
-                    raise task.exception()
-        return everything.result()
-    finally:
-        for task in [everything, *watchers]:
-            task.cancel()
 
 
 def _raise_failed(refs: Sequence) -> None:

@@ -25,6 +25,25 @@ async def gather_all(refs: Sequence) -> list:
     return list(await asyncio.gather(*refs))
 
 
+async def gather_watching(needed: Sequence, watched: Sequence) -> list:
+    """The results of ``needed`` (refs / awaitables, awaited together), raising as soon as one of them or of
+    ``watched`` fails. ``watched`` are never cancelled: they may still be running on return (await them later)."""
+    everything = asyncio.ensure_future(gather_all(needed))
+    watchers = [asyncio.ensure_future(ref) for ref in watched]  # a future or task passed in is itself
+    for task in watchers:  # their errors are the caller's to raise when it awaits them; no "never retrieved" log
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    try:
+        pending = {everything, *watchers}
+        while not everything.done():
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    raise task.exception()
+        return everything.result()
+    finally:
+        everything.cancel()  # a no-op once done
+
+
 def put_per_rank(items: Sequence) -> list:
     """One object-store ref per item (``ray.put`` once, then pass the ref to as many calls as need it), or the
     items themselves when no Ray session is running (in-process groups of unit tests)."""
