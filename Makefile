@@ -9,6 +9,7 @@ PIP := $(PY) -m pip
 CONSTRAINTS := constraints-cpu.txt
 STAMP := $(VENV)/.reasonrl-installed
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
 
 .PHONY: install demo test lint format clean-venv
 
@@ -29,8 +30,10 @@ $(STAMP): setup.py $(CONSTRAINTS) pyproject.toml Makefile
 demo: install
 	$(PY) -m reasonrl.demo
 
+# Two pytest-xdist workers (the suite's processes wait on imports and single-threaded work half the time on 2 cores);
+# a file runs whole on one worker, slowest files first (tests/conftest.py). `make test TEST_WORKERS=0`: one process.
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

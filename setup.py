@@ -29,6 +29,7 @@ CORE = [
     "matplotlib>=3.7",
     "peft==0.21.2",  # LoRA adapters (lora_rank > 0)
     "pillow>=10",  # images of vision-language rows (reasonrl/data/images.py)
+    "filelock>=3.12",  # one builder per cached warm start (reasonrl/sft/warm_start.py)
 ]
 
 EXTRAS = {
@@ -43,8 +44,8 @@ EXTRAS = {
     "gym": ["reasoning-gym==0.1.25"],
     # Weights & Biases for tracker=wandb/both (imported only when a run asks for it).
     "wandb": ["wandb==0.31.0"],
-    # wandb: the tests run the W&B tracker in offline mode.
-    "dev": ["pytest>=8", "pytest-timeout>=2.3", "ruff==0.17.5", "wandb==0.31.0"],
+    # wandb: the tests run the W&B tracker in offline mode; pytest-xdist: `make test` runs two workers.
+    "dev": ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist==3.8.0", "ruff==0.17.5", "wandb==0.31.0"],
 }
 
 setup(

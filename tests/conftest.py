@@ -5,29 +5,58 @@
 * one vLLM engine actor on the tiny model,
 * a 2-rank DeepSpeed ZeRO-3 group (two Ray actors over gloo) for the module that uses it.
 
-The Ray fixture checks on teardown that the session left nothing behind in ``/dev/shm``.
+The Ray fixture checks on teardown that the session left nothing behind in ``/dev/shm``. ``make test`` runs two
+pytest-xdist workers (each its own session of these fixtures), so every check of what a test left behind looks only
+at this worker's processes and the entries they hold (``tests/fixtures/own_processes.py``).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from fixtures.own_processes import shm_entries, tag_this_session, wait_for_own_new_shm
 
 from reasonrl.distributed.platform import apply_runtime_env
 
 apply_runtime_env()  # the same environment users get: CPU KV cache size, in-process vLLM on CPU, ...
+tag_this_session()  # what this pytest process starts carries its tag (the leak checks tell it from another worker's)
 
 
-def shm_entries() -> set[str]:
-    """Names in /dev/shm (empty set where it does not exist)."""
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+# The slowest test files, slowest first (seconds of a fresh-clone `make test` on 2 cores, one worker): they start
+# first and the short unit-test files fill the end, so the two pytest-xdist workers (`--dist loadfile`: a file runs
+# whole on one worker, its module fixtures once) finish close together. Only the order of the run depends on this.
+SLOWEST_FILES = (
+    "tests/test_exp_stop_restart.py",  # 199
+    "tests/test_demo.py",  # 84
+    "tests/loop/test_trainer_split_placement.py",  # 83
+    "tests/test_demo_tools.py",  # 75
+    "tests/loop/test_vision_run.py",  # 75
+    "tests/test_demo_code.py",  # 71
+    "tests/test_readme.py",  # 51
+    "tests/test_demo_vision.py",  # 50
+    "tests/distributed/test_distributed_ppo_workers.py",  # 40
+    "tests/loop/test_trainer.py",  # 38
+    "tests/distributed/test_distributed_lora.py",  # 34
+    "tests/loop/test_trainer_features.py",  # 31
+    "tests/sft/test_sft_trainer.py",  # 31
+    "tests/test_gpu_check.py",  # 28
+)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip GPU-marked tests on machines without CUDA, saying why (never silently)."""
+    """Run the slowest files first, then the other files with integration tests, then the rest (each file's own
+    order kept); skip GPU-marked tests on machines without CUDA, saying why (never silently)."""
     import torch
+
+    rank: dict[str, tuple[int, int]] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        file_rank = (0, SLOWEST_FILES.index(path)) if path in SLOWEST_FILES else (2, 0)
+        if item.get_closest_marker("integration") and file_rank[0] == 2:
+            file_rank = (1, 0)
+        rank[path] = min(rank.get(path, file_rank), file_rank)
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: a file's tests keep their order
 
     if torch.cuda.is_available():
         return
@@ -62,7 +91,7 @@ def ray_cluster():
     resources = init_ray(num_cpus=8, object_store_memory=512 * 1024**2)
     yield resources
     ray.shutdown()
-    leaked = sorted(shm_entries() - shm_before)
+    leaked = wait_for_own_new_shm(shm_before)
     assert not leaked, f"/dev/shm entries left behind by the test session: {leaked}"
 
 

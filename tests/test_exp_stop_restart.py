@@ -21,36 +21,14 @@ import uuid
 from pathlib import Path
 
 import pytest
+from fixtures.own_processes import shm_entries, tagged_pids, wait_for_own_new_shm
 
 from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
-from reasonrl.utils.reaper import descendants
 from reasonrl.utils.scalars import RUN_TO_RUN_PREFIXES
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[1]
 TAG = "REASONRL_TEST_RUN_TAG"
-
-
-def tagged_pids(tag: str) -> list[int]:
-    """Live processes whose environment carries ``TAG=tag``, and their descendants (Ray's ``setproctitle`` zeroes
-    the start of a process's ``/proc/<pid>/environ``, which sometimes holds the tag; its ancestors keep theirs)."""
-    pids = set()
-    needle = f"{TAG}={tag}".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    pids.add(int(entry))
-        except OSError:  # gone, or not ours to read
-            continue
-    pids.update(descendants(*pids))
-    return sorted(pids)
-
-
-def shm() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
 def logged_steps(run_dir: Path) -> list[int]:
@@ -89,14 +67,21 @@ def wait_for_step(proc: subprocess.Popen, run_dir: Path, step: int, timeout: flo
         time.sleep(0.2)
 
 
+def run_pids(tag: str) -> set[int]:
+    return tagged_pids(TAG, tag)
+
+
 def assert_nothing_left(tag: str, shm_before: set[str], grace: float = 30.0) -> None:
+    """No process of the run is alive and /dev/shm holds nothing new of ours (another pytest-xdist worker's runs
+    may hold entries meanwhile: tests/fixtures/own_processes.py)."""
     deadline = time.monotonic() + grace
-    while tagged_pids(tag) and time.monotonic() < deadline:
+    while run_pids(tag) and time.monotonic() < deadline:
         time.sleep(0.5)
-    left = tagged_pids(tag)
+    left = run_pids(tag)
     names = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:80] for pid in left if Path(f"/proc/{pid}").exists()}
     assert not left, f"processes of the stopped run still alive after {grace}s: {names}"
-    assert not (shm() - shm_before), f"/dev/shm entries left: {sorted(shm() - shm_before)}"
+    leaked = wait_for_own_new_shm(shm_before)
+    assert not leaked, f"/dev/shm entries left: {leaked}"
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +89,7 @@ def reference(tmp_path_factory) -> dict[int, dict]:
     """The metrics of an uninterrupted 7-step run (the same config as every scenario below); a clean exit leaves no
     process of the run (Ray's, vLLM's, the reward workers') and nothing in /dev/shm behind."""
     root = tmp_path_factory.mktemp("reference")
-    shm_before = shm()
+    shm_before = shm_entries()
     proc, tag = start(root)
     assert proc.wait(timeout=600) == 0
     assert_nothing_left(tag, shm_before)
@@ -134,7 +119,7 @@ def test_sigterm_kill_9_damaged_checkpoint_and_killed_actors_then_the_run_matche
     back to the one before. In that run the vLLM engine is killed (kill -9) after its first saved step and a
     DeepSpeed policy rank after the next: it restarts its actors, resumes from its newest checkpoint in the same
     process, and ends with the metrics of an uninterrupted run."""
-    shm_before = shm()
+    shm_before = shm_entries()
     run_dir = tmp_path / "logs" / "stop"
     ckpt = tmp_path / "ckpt" / "stop"
     proc, tag = start(tmp_path)
@@ -191,7 +176,7 @@ def wait_for_checkpoint(proc: subprocess.Popen, ckpt: Path, step: int, after: st
 def test_ctrl_c_once_saves_then_the_resumed_run_stopped_by_ctrl_c_twice_stops_at_once(tmp_path):
     """One Ctrl-C finishes the phase, saves the last completed step (save_on_interrupt=true) and exits 130; the run
     resumed from that checkpoint, stopped by two Ctrl-C without saving, exits 130 at once and writes nothing."""
-    shm_before = shm()
+    shm_before = shm_entries()
     run_dir = tmp_path / "logs" / "stop"
     proc, tag = start(tmp_path, "save_on_interrupt=true")
     wait_for_step(proc, run_dir, 1)
@@ -222,7 +207,7 @@ def test_ctrl_c_once_saves_then_the_resumed_run_stopped_by_ctrl_c_twice_stops_at
 
 def kill_actor(tag: str, actor: str) -> int:
     """SIGKILL the first process of the tagged run whose title is ``ray::<actor>`` (an OOM kill looks the same)."""
-    for pid in tagged_pids(tag):
+    for pid in sorted(run_pids(tag)):
         try:
             title = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:

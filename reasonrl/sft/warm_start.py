@@ -25,6 +25,7 @@ import shutil
 import time
 from pathlib import Path
 
+from filelock import FileLock
 from loguru import logger
 
 from reasonrl.config.offline_models import register_offline_model
@@ -171,11 +172,21 @@ def warm_start_key(cfg: SFTConfig) -> str:
 def warm_start_path(cfg: SFTConfig | None = None, cache_dir: Path | None = None, log_dir: str | None = None) -> Path:
     """The HF folder of the SFT run ``cfg`` (default :class:`ArithWarmStartConfig`), trained first if missing (its
     curves go to ``<log_dir>/<exp_name>/``). Concurrent builders each train into their own folder; the first to
-    finish is kept and never replaced, so a reader never sees the folder vanish."""
+    finish is kept and never replaced, so a reader never sees the folder vanish. A lock file beside the folder makes
+    builders on this machine take turns: the second finds the first one's folder instead of training again."""
     cfg = cfg or ArithWarmStartConfig()
     path = Path(cache_dir or cache_root() / "models") / warm_start_key(cfg)
     if (path / "model.safetensors").exists():
         return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path.with_name(f".{path.name}.lock"))):
+        if (path / "model.safetensors").exists():  # built by another process while this one waited
+            return path
+        _build_warm_start(cfg, path, log_dir)
+    return path
+
+
+def _build_warm_start(cfg: SFTConfig, path: Path, log_dir: str | None) -> None:
     from reasonrl.sft.trainer import train_sft
 
     logger.info(f"building the SFT warm start {path} once (cached for later runs; a progress bar shows in a terminal)")
@@ -192,7 +203,6 @@ def warm_start_path(cfg: SFTConfig | None = None, cache_dir: Path | None = None,
     finally:
         shutil.rmtree(build, ignore_errors=True)
     logger.info(f"SFT warm start {path.name} ready in {time.perf_counter() - start:.0f} s")
-    return path
 
 
 def code_warm_start_path(cache_dir: Path | None = None, log_dir: str | None = None) -> Path:

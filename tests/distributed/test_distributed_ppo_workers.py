@@ -4,12 +4,12 @@ from the trained policy into the session's vLLM engine (verified by the probe an
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import pytest
 import ray
 import torch
 from engine_weights import load_weights
+from fixtures.own_processes import own_new_shm, shm_entries
 from safetensors.torch import load_file
 from sync_faults import check_sync_faults, drop_layer_on_apply
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
@@ -229,10 +229,10 @@ def test_policy_update_then_weight_sync(ray_cluster, config, vllm_engine, tiny_t
 
         # the colocated transport (CPU: shared memory, the same protocol as CUDA IPC), after one more update
         policy.call_sharded("update", exp.shard(WORLD), PolicyLossConfig(), tokens, seqs)
-        shm_before = set(os.listdir("/dev/shm"))
+        shm_before = shm_entries()
         report = fp32_syncer(policy, vllm_engine, "ipc", "sent_weights").run(probe)
         assert report.probe_max_abs_diff < 1e-4 and report.params_checked > 0
-        assert set(os.listdir("/dev/shm")) <= shm_before  # every shared bucket was released
+        assert own_new_shm(shm_before) == []  # every shared bucket was released
         ipc_probe = torch.tensor(ray.get(vllm_engine.prompt_logprobs.remote(probe)))
         assert (ipc_probe - engine_probe).abs().max() > 1e-3  # the third update reached the engine
 

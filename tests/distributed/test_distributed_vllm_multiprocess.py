@@ -10,7 +10,6 @@ buffers left (the leak-prone mode: an engine core and a worker process per engin
 
 from __future__ import annotations
 
-import os
 import time
 
 import psutil
@@ -18,6 +17,7 @@ import pytest
 import ray
 import torch
 from engine_weights import load_weights
+from fixtures.own_processes import own_new_shm, own_pids, shm_entries
 from transformers import AutoModelForCausalLM
 
 from reasonrl.distributed.vllm_engine import SamplingConfig, create_vllm_engines
@@ -33,13 +33,11 @@ def hf_prompt_logprobs(model, ids: list[int]) -> torch.Tensor:
     return torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
 
 
-def shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-
-
 def vllm_process_pids() -> set[int]:
-    """vLLM's engine-core and worker processes (named ``VLLM::...``)."""
-    return {p.pid for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("VLLM")}
+    """vLLM's engine-core and worker processes (named ``VLLM::...``) that this test process started (not another
+    pytest-xdist worker's)."""
+    own = own_pids()
+    return {p.pid for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("VLLM")} & own
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +142,7 @@ def test_shutdown_leaves_no_engine_process_and_no_shared_memory(mp_engine, befor
     ray.kill(mp_engine)
     deadline = time.monotonic() + 30
     while True:
-        left, leaked = vllm_process_pids() - vllm_before, sorted(shm_entries() - shm_before)
+        left, leaked = vllm_process_pids() - vllm_before, own_new_shm(shm_before)
         if (not left and not leaked) or time.monotonic() > deadline:
             break
         time.sleep(0.5)

@@ -4,6 +4,7 @@ offline model names. (Building it for real is exercised by tests/test_demo.py.)"
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -52,6 +53,34 @@ def test_a_cached_folder_is_reused_without_training(tmp_path, monkeypatch):
     assert warm_start_path(cfg, cache_dir=tmp_path) == cached
     with pytest.raises(AssertionError, match="must not be trained"):
         warm_start_path(dataclasses.replace(cfg, seed=5), cache_dir=tmp_path)  # another recipe: would train
+
+
+def test_two_processes_asking_at_once_train_it_once(tmp_path, monkeypatch):
+    """Two builders at the same time (two test workers, two runs started together): the second waits on the lock
+    and finds the first one's folder. Threads stand in for processes: each opens the lock file itself."""
+    import threading
+    import time
+
+    import reasonrl.sft.trainer
+
+    trained = []
+
+    def slow_training(cfg):
+        trained.append(cfg.output_dir)
+        time.sleep(0.3)
+        Path(cfg.output_dir).mkdir(parents=True)
+        (Path(cfg.output_dir) / "model.safetensors").write_bytes(b"weights")
+
+    monkeypatch.setattr(reasonrl.sft.trainer, "train_sft", slow_training)
+    cfg = ArithWarmStartConfig()
+    paths = []
+    builders = [threading.Thread(target=lambda: paths.append(warm_start_path(cfg, cache_dir=tmp_path))) for _ in "ab"]
+    for builder in builders:
+        builder.start()
+    for builder in builders:
+        builder.join(timeout=30)
+    assert len(trained) == 1, trained
+    assert paths == [tmp_path / warm_start_key(cfg)] * 2 and (paths[0] / "model.safetensors").is_file()
 
 
 def test_the_warm_start_recipe_is_a_valid_sft_config(tmp_path):
