@@ -104,7 +104,11 @@ def _leftover_processes() -> list[str]:
 )
 def test_hostile_program_fails_in_time(hostile, name, statuses):
     verdict = hostile[0][name]
-    assert verdict.status in statuses, verdict
+    if name == "memory_bomb" and verdict.status == "timeout":
+        # a loaded machine (two test workers) can take the test's 1.5 s to reach the limit: it must have hit it
+        assert "MemoryError" in verdict.detail, verdict
+    else:
+        assert verdict.status in statuses, verdict
     assert verdict.elapsed_s < LIMIT_S + 1.2, verdict
 
 
