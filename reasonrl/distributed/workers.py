@@ -6,6 +6,7 @@ trains a causal LM with a plain next-token loss (smoke tests, SFT). The PPO role
 
 from __future__ import annotations
 
+import random
 import socket
 from typing import Any
 
@@ -14,12 +15,39 @@ from loguru import logger
 from reasonrl.distributed import deepspeed_engine as ds
 from reasonrl.utils.worker_logs import install_worker_log_sink
 
+# Rendezvous ports are picked from here: above Ray's worker ports (its default min/max_worker_port, 10002-19999) and
+# below the kernel's ephemeral range (32768 by default; read from /proc where it exists).
+RENDEZVOUS_PORTS_LOW = 20000
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+
 
 def free_port() -> int:
-    """A TCP port that is free on this node right now."""
+    """A TCP port free on this node now, for a rendezvous that binds it a moment later (DeepSpeed's TCPStore, the
+    weight-sync group). Picked at random between Ray's worker ports and the kernel's ephemeral range: a port from
+    ``bind(0)`` is ephemeral, and any process's next outgoing connection (Ray's processes make many) can take it
+    before the rendezvous binds it; seen here as EADDRINUSE at DeepSpeed's TCPStore. The draw does not use the
+    ``random`` module's seeded state (two runs with the same seed would draw the same ports). Falls back to
+    ``bind(0)`` where that range is empty or every draw is taken."""
+    ports = range(RENDEZVOUS_PORTS_LOW, _ephemeral_low())
+    for port in random.SystemRandom().sample(ports, min(64, len(ports))):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("", port))
+            except OSError:  # in use
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default 32768 where it cannot be read)."""
+    try:
+        with open(EPHEMERAL_RANGE_FILE) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 class DistributedWorker:
