@@ -58,9 +58,14 @@ def start_reaper() -> str | None:
 
 def marked_pids(run_id: str) -> list[int]:
     """Live processes (other than this one) whose environment holds ``REASONRL_RUN_ID=run_id``."""
-    needle = f"{RUN_ID_VAR}={run_id}".encode()
+    return pids_with_env(RUN_ID_VAR, run_id)
+
+
+def pids_with_env(variable: str, value: str) -> list[int]:
+    """Live processes (other than this one) whose environment holds ``variable=value``."""
+    needle = f"{variable}={value}".encode()
     me, out = os.getpid(), []
-    for pid in _pids():
+    for pid in live_pids():
         if pid == me:
             continue
         try:
@@ -77,7 +82,7 @@ def descendants(*roots: int) -> dict[int, str]:
     ``/proc`` whatever the number of roots."""
     children: dict[int, list[int]] = {}
     started: dict[int, str] = {}
-    for pid in _pids():
+    for pid in live_pids():
         stat = _stat(pid)
         if stat is None:
             continue
@@ -93,7 +98,8 @@ def descendants(*roots: int) -> dict[int, str]:
     return out
 
 
-def _pids() -> list[int]:
+def live_pids() -> list[int]:
+    """Every pid in ``/proc``."""
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
 
 
