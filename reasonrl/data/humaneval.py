@@ -6,10 +6,13 @@ and write one row per problem (:func:`humaneval_rows`):
 
     {"id": "HumanEval/0", "question": <prompt: signature + docstring>, "answer": <prompt + canonical solution>,
      "source": "humaneval", "data_source": "code", "entry_point": "has_close_elements",
-     "tests": {"entry_point": "has_close_elements", "check": <HumanEval's test code: METADATA, def check(candidate)>}}
+     "tests": {"entry_point": "has_close_elements", "check": <HumanEval's test code: METADATA, def check(candidate)>,
+               "prompt": <the prompt again>}}
 
 ``answer`` is a whole program (the reference solution), so the canonical solutions can be checked with
-``reasonrl.rewards.code.check_programs``; ``tests`` is in the HumanEval format of :mod:`reasonrl.rewards.code`.
+``reasonrl.rewards.code.check_programs``; ``tests`` is in the HumanEval format of :mod:`reasonrl.rewards.code`. The
+prompt in ``tests`` is trusted text the sandbox runs before the check: three checks call a helper the prompt defines
+(HumanEval/32 ``poly``, /38 ``encode_cyclic``, /50 ``encode_shift``), which must never come from the program.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ def humaneval_rows(path: Path) -> list[dict]:
                 "source": "humaneval",
                 "data_source": "code",
                 "entry_point": p["entry_point"],
-                "tests": {"entry_point": p["entry_point"], "check": p["test"]},
+                "tests": {"entry_point": p["entry_point"], "check": p["test"], "prompt": p["prompt"]},
             }
         )
     if len(rows) != HUMANEVAL_ROWS:

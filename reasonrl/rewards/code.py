@@ -18,9 +18,13 @@ Test formats (``tests`` is a dict or its JSON text):
   when it equals the expected value with exact types (a bool is not an int; ints and floats compare as numbers,
   floats within 1e-9; tuples compare as lists, since JSON has none), or when the expected value is a one-element
   list and the return value matches its element (APPS/TACO wrap outputs so).
-* HumanEval style: ``{"entry_point": name, "check": "def check(candidate): ..."}``: one test, passed when
-  ``check`` returns. The check runs in the sandbox, in a process of its own that calls the candidate's functions in
-  another process and only ever sees plain values (see docs/rewards_and_data.md for what remains possible).
+* HumanEval style: ``{"entry_point": name, "check": "def check(candidate): ..."}``, optionally with ``"prompt"``: the
+  task's prompt, trusted text run before the check for the helpers some checks call (HumanEval's ``poly``,
+  ``encode_cyclic``, ``encode_shift``). One test, passed when ``check`` returns. The check runs in the sandbox, in a
+  process of its own whose names come from the prompt and the check only (never from the program: a program that
+  defines ``abs`` or ``poly`` changes nothing there); it gets a proxy of the entry point as ``candidate``, which calls
+  the program in another process and only ever returns plain values (see docs/rewards_and_data.md for what remains
+  possible).
 
 Expected outputs of the first two formats never enter the sandbox. ``status`` is ``passed`` only when every test
 passes; otherwise it is the status of the first test that did not pass: ``wrong`` (ran, wrong output), ``error``
@@ -31,12 +35,14 @@ segfault).
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from reasonrl.sandbox import Job, RunResult, Sandbox, SandboxLimits
@@ -117,6 +123,27 @@ class _Parsed:
     fn_name: str | None = None
     check: str | None = None
     entry_point: str | None = None
+    prompt: str | None = None
+
+
+@lru_cache(maxsize=4096)
+def prompt_for_check(prompt: str | None, entry_point: str) -> str | None:
+    """The part of a HumanEval-style ``prompt`` the sandbox runs before the check: the whole prompt when it has
+    anything besides imports, docstrings and the entry point's stub (a helper such as ``poly``, a constant), else
+    ``None`` (those give a check nothing to call; not running them saves importing ``typing`` in every check)."""
+    if not prompt:
+        return None
+    try:
+        body = ast.parse(prompt).body
+    except SyntaxError:
+        return prompt  # the check's process reports it
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom, ast.Expr)):
+            continue
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
+            continue
+        return prompt
+    return None
 
 
 def _text(x: Any) -> str:
@@ -132,7 +159,10 @@ def parse_tests(tests: Any) -> _Parsed:
     if "check" in tests:
         if not isinstance(tests.get("entry_point"), str) or not isinstance(tests["check"], str):
             raise ValueError("HumanEval-style tests need a str 'check' and a str 'entry_point'")
-        return _Parsed("check", [None], [None], check=tests["check"], entry_point=tests["entry_point"])
+        prompt = tests.get("prompt")
+        if prompt is not None and not isinstance(prompt, str):
+            raise ValueError("HumanEval-style tests' 'prompt' must be a str (the task's prompt) when given")
+        return _Parsed("check", [None], [None], check=tests["check"], entry_point=tests["entry_point"], prompt=prompt)
     inputs, outputs = tests.get("inputs"), tests.get("outputs")
     if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs) or not inputs:
         raise ValueError("tests need non-empty 'inputs' and 'outputs' lists of the same length")
@@ -302,6 +332,7 @@ def check_programs(
             fn_name=parsed.fn_name,
             check=parsed.check,
             entry_point=parsed.entry_point,
+            prompt=prompt_for_check(parsed.prompt, parsed.entry_point) if parsed.mode == "check" else None,
             limits=_limits(parsed, cfg, timeout_s),
         )
         jobs.append(job)

@@ -15,8 +15,11 @@ Process tree, in namespace mode (``unshare(USER|NS|NET|PID|IPC|UTS)`` works for 
 
 Check mode (HumanEval ``check(candidate)``): H forks C, which imports the candidate and answers calls with plain
 values over a pipe, *before* it reads the check; then K, a second child without the candidate's code, runs the
-check with proxies that call into C. K's exit status is the verdict, and K and H are not dumpable, so the candidate
-cannot ptrace them, read their memory or reach their descriptors.
+check, called with a proxy of the entry point that calls into C. K's exit status is the verdict, and K and H are not
+dumpable, so the candidate cannot ptrace them, read their memory or reach their descriptors. K's namespace holds
+trusted text only (the task's prompt, for the helpers some checks call, then the check): no name the program
+defines, and C's builtins and modules are another process's, so nothing the program does changes what the check's
+own names (``abs``, ``math.isclose``, ``poly``) mean.
 
 Without namespaces (``isolate=none`` or a kernel that refuses them) H is a plain child in its own session, a child
 subreaper that kills the descendants it collects; see docs/rewards_and_data.md for what that mode does not isolate.
@@ -394,8 +397,13 @@ class CandidateError(Exception):
     """The candidate did not answer a call of the check (it exited, crashed or returned a non-plain value)."""
 
 
-def run_check(check_src, entry_point, req_fd, resp_fd, tag):
-    """K: the check, with every callable of the candidate replaced by a proxy into C."""
+def run_check(check_src, prompt_src, entry_point, req_fd, resp_fd, tag):
+    """K: the check, called with a proxy of the candidate's entry point (into C).
+
+    The check's namespace is filled from trusted text only: the task's prompt (``prompt_src``: the helpers some
+    checks call, e.g. HumanEval's ``poly``), then the check. No name of the program enters it (a program defining
+    ``abs``, ``isclose`` or ``poly`` changes nothing here); the prompt's stub of the entry point is replaced by the
+    proxy, so the only way into the program is ``candidate`` (and that name)."""
     _redirect("/dev/null", tag, (req_fd, resp_fd))
     req, resp = os.fdopen(3, "w"), os.fdopen(4, "r")
     import json  # K reads the candidate's answers with json only
@@ -422,11 +430,14 @@ def run_check(check_src, entry_point, req_fd, resp_fd, tag):
             return call
 
         namespace = {"__name__": "__check__"}
-        namespace.update({n: proxy(n) for n in names})
+        if prompt_src:
+            exec(compile(prompt_src, "prompt.py", "exec"), namespace)  # noqa: S102 - the dataset's prompt, trusted
         exec(compile(check_src, "check.py", "exec"), namespace)  # noqa: S102 - the dataset's check, not model text
         if entry_point not in names:
             raise CandidateError(f"the program defines no function {entry_point!r}")
-        namespace["check"](proxy(entry_point))
+        candidate = proxy(entry_point)
+        namespace[entry_point] = candidate  # not the prompt's stub, for a check that calls it by name
+        namespace["check"](candidate)
         code = 0
     except AssertionError:
         print_exc()
@@ -591,11 +602,11 @@ def run_check_mode(job, ns, emit, lim, deadline):
     if server == 0:
         set_limits(lim, left)
         serve_candidate(req_r, resp_w)
-    check_src = read_message().decode()  # only now, after the candidate's process exists without it
+    trusted = marshal.loads(read_message())  # only now, after the candidate's process exists without it
     checker = os.fork()
     if checker == 0:
         set_limits(lim, left)
-        run_check(check_src, job["entry_point"], req_w, resp_r, "k")
+        run_check(trusted["check"], trusted["prompt"], job["entry_point"], req_w, resp_r, "k")
     for fd in (req_r, req_w, resp_r, resp_w):
         os.close(fd)
     status, elapsed = wait_child(checker, min(float(lim["test_timeout_s"]), deadline - time.monotonic()))

@@ -72,7 +72,9 @@ class SandboxLimits:
 class Job:
     """One program and its test inputs. ``mode``: ``stdio`` (``inputs`` are stdin texts), ``call`` (``inputs``
     are argument lists of ``fn_name``) or ``check`` (``check`` defines ``check(candidate)``, called with the
-    program's ``entry_point``). Expected outputs never go in a job."""
+    program's ``entry_point``; ``prompt``, trusted text such as the task's prompt, runs before it in the check's
+    namespace, for the helpers a check calls; nothing of the program is in that namespace). Expected outputs never
+    go in a job."""
 
     program: str
     mode: str
@@ -80,6 +82,7 @@ class Job:
     fn_name: str | None = None
     check: str | None = None
     entry_point: str | None = None
+    prompt: str | None = None
     limits: SandboxLimits | None = None
 
 
@@ -134,9 +137,9 @@ class _Running:
             "limits": asdict(limits),
         }
         # marshal: plain values only, read by the harness before any program runs (the other way is JSON only)
-        self.payload = _frame(marshal.dumps(header)) + (
-            _frame((job.check or "").encode()) if job.mode == "check" else b""
-        )
+        # check mode: the check and the prompt in a second message, read only after the candidate's process exists
+        trusted = {"check": job.check or "", "prompt": job.prompt or ""}
+        self.payload = _frame(marshal.dumps(header)) + (_frame(marshal.dumps(trusted)) if job.mode == "check" else b"")
         os.set_blocking(self.proc.stdin.fileno(), False)
         self.buf = b""
         self.result_bytes = 0

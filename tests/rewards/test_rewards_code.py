@@ -12,6 +12,8 @@ from reasonrl.rewards.code import (
     check_programs,
     code_metrics,
     extract_code,
+    parse_tests,
+    prompt_for_check,
     stdout_matches,
     values_equal,
 )
@@ -113,6 +115,24 @@ def test_malformed_tests_and_fraction_reward():
     half = CodeVerdict(1, 2, "wrong")
     assert half.reward("all") == 0.0 and half.reward("fraction") == 0.5
     assert check_program("print(3)\n", STDIO, config=CFG).reward("fraction") == 0.5
+
+
+def test_check_tests_take_a_trusted_prompt():
+    """``prompt`` (the task's prompt) runs before the check, so the check's helpers come from it; a non-str prompt
+    is malformed. The program's own definitions of the same names never reach the check."""
+    tests = dict(CHECK, check="def check(candidate):\n    assert candidate(1, 2) == twice(1.5)\n")
+    tests["prompt"] = 'def twice(x):\n    return 2 * x\n\n\ndef add(a, b):\n    """a + b"""\n'
+    assert parse_tests(tests).prompt == tests["prompt"] and parse_tests(CHECK).prompt is None
+    with pytest.raises(ValueError, match="'prompt' must be a str"):
+        parse_tests(dict(tests, prompt=["def twice(x): ..."]))
+    # the prompt runs only when it has more than imports, docstrings and the entry point's stub
+    assert prompt_for_check(tests["prompt"], "add") == tests["prompt"]
+    stub_only = 'from typing import List\n\n\ndef add(a: List[int], b):\n    """a + b"""\n'
+    assert prompt_for_check(stub_only, "add") is None and prompt_for_check(stub_only, "other") == stub_only
+    assert prompt_for_check("FIX = 1\n", "add") == "FIX = 1\n" and prompt_for_check(None, "add") is None
+    cheat = "def twice(x):\n    return 0\n\n\ndef add(a, b):\n    return 0\n"
+    got = check_programs([(GOOD, tests), (cheat, tests), (GOOD + cheat.split("def add")[0], tests)], config=CFG)
+    assert [v.status for v in got] == ["passed", "wrong", "passed"], got
 
 
 def test_per_test_timeout_and_metrics():
