@@ -6,6 +6,11 @@ dispatches to) and ``_flash_attention_forward`` runs unchanged; only ``_lazy_imp
 flash_attn package) returns a varlen kernel written with torch's sdpa, one causal block per ``cu_seqlens`` range.
 Counting transformers' own helpers shows which branch each layer took: with the batch's kwargs no layer derives
 ``cu_seqlens`` from the position ids; without them every layer does, and gets the same values.
+
+The varlen path is compared with the padded sdpa forward at atol 1e-5: another attention kernel and other shapes on
+the same float32 weights (measured at most 9.5e-7 on log-probs up to |8|, also with torch, oneDNN and MKL limited to
+AVX2 and one thread); attention that crosses samples moves log-probs by 0.2 and more (test_models_logprobs.py).
+The two varlen forwards (kwargs given or derived) run the same kernels on the same shapes: bit-equal.
 """
 
 from __future__ import annotations
