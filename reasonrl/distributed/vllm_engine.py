@@ -362,6 +362,11 @@ class VLLMEngine:
             self.residency.loaded_all()
         return reports
 
+    def reload_groups(self, hf_names: Sequence[str]) -> list[list[str]]:
+        """The sent (HF) names that feed each of this engine's modules fed by more than one (worker 0's model;
+        every worker has the same modules): what a weight-sync bucket may not split (``reload_units.check_plan``)."""
+        return self.llm.collective_rpc("reasonrl_reload_groups", args=(list(hf_names),))[0]
+
     def reset_image_features(self) -> None:
         """A vision-language engine: drop the vision encoder's cached outputs after new weights (vLLM keeps them per
         image across requests; computed with the old weights they would be stale, and a cache left out of step with

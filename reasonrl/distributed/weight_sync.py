@@ -26,76 +26,35 @@ Two checks (``sync_checks``):
   which is bf16-safe). The trainer side comes from the weights rank 0 just sent (``sent_weights``: a host model, no
   second gather; the CPU default) or from the training model's own forward (``trainer_forward``: the GPU default).
 
-Buckets never split a decoder layer: vLLM's layer-wise reload finalises each layer at the end of a
-``reload_weights`` call, so a layer whose q/k/v (or gate/up) arrive in different calls would be rebuilt from
-partial data. A layer larger than ``bucket_bytes`` gets a bucket of its own.
+Buckets never split a unit the engine reloads whole (``reload_units``: decoder layers, vision blocks, the model's
+stages beside them, every fused module): vLLM's layer-wise reload finalises each module at the end of a
+``reload_weights`` call, so a module whose gate/up (or q/k/v) arrive in different calls would be rebuilt from
+partial data, the missing part from uninitialised memory. The plan is derived from the trainer's module tree and
+checked against the engine's own modules before the first bucket moves. A unit larger than ``bucket_bytes`` gets a
+bucket of its own.
 """
 
 from __future__ import annotations
 
 import enum
-import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from reasonrl.distributed import sync_group
+from reasonrl.distributed.reload_units import check_plan, module_units, plan_buckets
 from reasonrl.distributed.shared_buffers import BufferExporter
 from reasonrl.distributed.sync_checks import DifferentialProbe, check_received
 from reasonrl.distributed.weight_digest import named_fingerprints
 from reasonrl.distributed.worker_group import gather_all, gather_watching
 
-_LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
-
-
-def layer_group(name: str) -> str:
-    """The unit that must reload together: ``model.layers.7.self_attn.q_proj.weight`` -> ``model.layers.7``.
-
-    Parameters outside the decoder stack (embeddings, final norm, lm_head) are their own groups.
-    """
-    match = _LAYER.match(name)
-    return match.group(1) if match else name
-
-
-def plan_buckets(
-    named_sizes: Iterable[tuple[str, int]], bucket_bytes: int, group_key: Callable[[str], str] = layer_group
-) -> list[list[str]]:
-    """Split parameter names (in order) into buckets of at most ``bucket_bytes``, never splitting a group.
-
-    ``named_sizes`` yields ``(name, size_in_bytes)``. Parameters of one group must be contiguous in the order
-    (true for ``named_parameters()`` of HF models). A group larger than ``bucket_bytes`` becomes its own bucket.
-    """
-    if bucket_bytes <= 0:
-        raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
-    groups: list[tuple[str, list[str], int]] = []
-    for name, size in named_sizes:
-        key = group_key(name)
-        if groups and groups[-1][0] == key:
-            groups[-1][1].append(name)
-            groups[-1] = (key, groups[-1][1], groups[-1][2] + size)
-        else:
-            if any(g[0] == key for g in groups):
-                raise ValueError(f"parameters of group {key!r} are not contiguous (at {name!r})")
-            groups.append((key, [name], size))
-    buckets: list[list[str]] = []
-    current: list[str] = []
-    current_bytes = 0
-    for _, names, size in groups:
-        if current and current_bytes + size > bucket_bytes:
-            buckets.append(current)
-            current, current_bytes = [], 0
-        current.extend(names)
-        current_bytes += size
-    if current:
-        buckets.append(current)
-    return buckets
-
 
 @dataclass
 class SyncReport:
-    """What one sync moved and how long it took. ``check_s`` / ``params_checked``: the exact check (fingerprints of
-    every tensor received, and of the engine parameters that can be predicted); ``verify_s`` /
+    """What one sync moved and how long it took. ``check_s`` / ``params_checked`` of ``params_total``: the exact
+    check (fingerprints of every tensor received, and of every engine parameter predictable from them, summed over
+    the engine workers; which were not, and why, is logged once by :class:`WeightSyncer`); ``verify_s`` /
     ``probe_max_abs_diff``: the end-to-end probe (NaN until :meth:`WeightSyncer.verify` ran);
     ``reload_warnings_dropped``: vLLM's per-module partial-reload warnings dropped on the engine workers."""
 
@@ -109,6 +68,7 @@ class SyncReport:
     reload_warnings_dropped: int = 0
     verify_s: float = 0.0
     probe_max_abs_diff: float = float("nan")
+    params_total: int = 0  # not yet in as_metrics: "sync/params_total" needs its entry in utils/scalars.py first
 
     @property
     def total_s(self) -> float:
@@ -194,12 +154,16 @@ class BucketSender:
         frozen = {n for n, p in module.named_parameters() if not p.requires_grad}
         self.frozen_names = frozen if self.merge is None else set()  # (LoRA: every base weight is frozen, all sent)
 
-    def layout(self, trainable_only: bool = False) -> list[tuple[str, tuple[int, ...], str]]:
-        """``(name, full shape, dtype)`` of every parameter in ``named_parameters()`` order (ZeRO-3: the full
-        shape, not the partition's); with LoRA, of the base model's parameters (what the engines hold).
+    def layout(self, trainable_only: bool = False) -> list[tuple[str, tuple[int, ...], str, str]]:
+        """``(name, full shape, dtype, unit)`` of every parameter in ``named_parameters()`` order (ZeRO-3: the full
+        shape, not the partition's); with LoRA, of the base model's parameters (what the engines hold). ``unit``:
+        what a bucket must never split (``reload_units.module_units`` of this model's module tree).
         ``trainable_only``: the parameters that train (``requires_grad``; not with LoRA, whose merged weights are
         base parameters)."""
+        from reasonrl.models.lora import base_name
+
         params = dict(self.module.named_parameters())
+        units = module_units(self.module)
         names = {n: n for n in params} if self.merge is None else {n: e.source for n, e in self.merge.items()}
         if trainable_only:
             if self.merge is not None:
@@ -210,6 +174,7 @@ class BucketSender:
                 name,
                 tuple(getattr(params[src], "ds_shape", params[src].shape)),
                 str(params[src].dtype).removeprefix("torch."),
+                units[src] if self.merge is None else base_name(units[src]),
             )
             for name, src in names.items()
         ]
@@ -311,13 +276,16 @@ class _BucketPlan:
     num_bytes: int
 
     @classmethod
-    def of(cls, layout: Sequence[tuple[str, tuple[int, ...], str]], bucket_bytes: int) -> _BucketPlan:
-        by_name = {name: (name, shape, dtype) for name, shape, dtype in layout}
-        sizes = [(name, sync_group.numel(shape) * _itemsize(dtype)) for name, shape, dtype in layout]
+    def of(cls, layout: Sequence[tuple], bucket_bytes: int) -> _BucketPlan:
+        """``layout``: ``(name, shape, dtype, unit)`` per tensor (``BucketSender.layout``); without the unit, each
+        name's unit is read from the name (``reload_units.name_unit``)."""
+        by_name = {row[0]: (row[0], tuple(row[1]), row[2]) for row in layout}
+        units = {row[0]: row[3] for row in layout if len(row) > 3} or None
+        sizes = [(name, sync_group.numel(shape) * _itemsize(dtype)) for name, shape, dtype in by_name.values()]
         size_of = dict(sizes)
         # smallest first, largest last (stable): the engines start after a short first gather, and rank 0 scores
         # the sent_weights probe while the engines load the largest bucket
-        buckets = sorted(plan_buckets(sizes, bucket_bytes), key=lambda names: sum(size_of[n] for n in names))
+        buckets = sorted(plan_buckets(sizes, bucket_bytes, units), key=lambda names: sum(size_of[n] for n in names))
         return cls(
             buckets=buckets,
             layouts=[[by_name[n] for n in names] for names in buckets],
@@ -334,7 +302,7 @@ class WeightSyncer:
 
     One sync (:meth:`load` then :meth:`verify`; :meth:`sync` runs both)::
 
-        for bucket in plan_buckets(param sizes):           # never splitting a decoder layer; smallest first
+        for bucket in plan_buckets(param sizes):           # never splitting a reload unit; smallest first
             broadcast:    engines: receive_weights(layout)  ||  policy ranks: gather to rank 0, rank 0 broadcasts
                           (an engine receives bucket k+1 while it loads k)
             object_store: policy ranks: gather, rank 0 ray.put  ->  engines: load_packed(layout, ref)
@@ -387,6 +355,7 @@ class WeightSyncer:
         self.all_names: list[str] = []
         self.synced_once = False
         self.sent_probe: tuple[list[int], Any] | None = None  # sent_weights: (probe ids, rank 0's score of them)
+        self.check_summary: str | None = None  # the exact check's last line about unchecked parameters (logged)
 
     def run(self, probe_ids: Sequence[int] | None) -> SyncReport:
         """:meth:`sync` from synchronous code (scripts, tests); not inside a running event loop."""
@@ -451,18 +420,33 @@ class WeightSyncer:
         # every parameter the engines need to be whole: an engine that lost its weights (level-2 sleep) and got
         # only the trainable ones stays unable to generate (EngineResidency)
         finished = await gather_all([engine.finish_weight_sync.remote(self.all_names) for engine in self.engines])
-        checked, dropped = check_received(sent_digests, self.bucket_of, finished)
+        exact = check_received(sent_digests, self.bucket_of, finished)
+        summary = exact.summary()
+        if summary is not None and summary != self.check_summary:  # once, and again only when it changes
+            from loguru import logger
+
+            logger.info(summary)
+        self.check_summary = summary
         self.synced_once = True
         check_s = time.perf_counter() - start
         return SyncReport(
-            self.num_tensors, len(self.buckets), self.num_bytes, gather_s, load_s, check_s, checked, dropped
+            self.num_tensors,
+            len(self.buckets),
+            self.num_bytes,
+            gather_s,
+            load_s,
+            check_s,
+            exact.checked,
+            exact.dropped,
+            params_total=exact.total,
         )
 
     def engine_loads(self, k: int, layout, sent: Sequence[dict] | None) -> list:
         """Every engine's call that loads bucket ``k``; ``sent``: the policy ranks' ``send_bucket`` results (None
-        for the broadcast, which the engines receive from the group). ``ipc``: engine ``e``'s worker ``w`` opens
-        the buffers of the policy rank on its device, rank ``sum(workers of engines < e) + w`` (``colocate_all``
-        lays engines and policy ranks over the same bundles in the same order)."""
+        for the broadcast, which the engines receive from the group). ``ipc``: engine ``e`` gets the handles of the
+        policy ranks on its devices, ranks ``sum(workers of engines < e) + w`` (``colocate_all`` lays engines and
+        policy ranks over the same bundles in the same order); each worker opens those made on its own GPU, found
+        by UUID (``shared_buffers.pick_handles``: a worker's device need not follow the bundle order)."""
         if sent is None:  # broadcast: each engine receives bucket k+1 while it loads k
             following = self.layouts[k + 1] if k + 1 < len(self.layouts) else None
             return [engine.receive_weights.remote(layout, following) for engine in self.engines]
@@ -494,11 +478,15 @@ class WeightSyncer:
                 "engine device, or sync_transport=broadcast"
             )
         layout = await self.policy.actors[0].sync_layout.remote()
-        self.all_names = [name for name, _, _ in layout]
+        self.all_names = [row[0] for row in layout]
         self.plans["all"] = _BucketPlan.of(layout, self.bucket_bytes)
         if self.trainable_only:
             trainable = await self.policy.actors[0].sync_layout.remote(trainable_only=True)
             self.plans["trainable"] = _BucketPlan.of(trainable, self.bucket_bytes)
+        # the engine's own modules: the HF tensors that feed each one must share a bucket (refused here otherwise)
+        fused = await self.engines[0].reload_groups.remote(self.all_names)
+        for plan in self.plans.values():
+            check_plan(plan.buckets, fused, what="vLLM module")
         self._use_plan("all")
 
     def _use_plan(self, which: str) -> None:

