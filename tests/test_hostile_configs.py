@@ -9,6 +9,7 @@ a few run the real command ``python -m playground.tiny_grpo_cpu ...`` in a subpr
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -48,6 +49,47 @@ def _env(argv: list[str], **values: str | None):
 
     return setup
 
+
+# A file of three environment classes (issue 27): one without step; importing it would fail (validate() never runs
+# it: the file is read with ast).
+THREE_ENVS = """
+import os
+
+
+class Guess:
+    def reset(self, row):
+        return None
+
+    def step(self, model_turn):
+        return None
+
+
+class NoStep:
+    def reset(self, row):
+        return None
+
+
+class Words(Guess):
+    pass
+
+
+FAIL_ON_IMPORT = os.environ["NEVER_SET_BY_THE_TESTS"]
+"""
+
+
+def _envs(argv: list[str]):
+    """A row that runs ``argv`` with ``envs.py`` (:data:`THREE_ENVS`) in the current folder (the test's)."""
+
+    def setup(tmp_path, monkeypatch):
+        (tmp_path / "envs.py").write_text(THREE_ENVS)
+        return argv
+
+    return setup
+
+
+# An offline machine whose Hugging Face caches are empty.
+_OFFLINE = dict(HF_HUB_OFFLINE="1", HF_HOME="{tmp}/hf", HF_HUB_CACHE=None, HF_DATASETS_CACHE=None)
+_OFFLINE |= dict(HF_DATASETS_OFFLINE=None, HUGGINGFACE_HUB_CACHE=None)
 
 # (id, argv or setup(tmp_path, monkeypatch) -> argv, names the message must contain, exit code)
 HOSTILE = [
@@ -111,6 +153,24 @@ HOSTILE = [
     ("empty-train-data", ["train_data="], ["train_data"], 2),
     ("missing-reward-file", ["reward_fn=nope.py:score"], ["reward_fn"], 2),
     ("bad-debug-mode", _env([], DEBUG_MODE="maybe"), ["DEBUG_MODE"], 2),
+    # --- issue 27: refusals that waited for the tokenizer (env_fn), reasoning-gym or datasets
+    ("env-fn-missing-file", ["env_fn=nosuch.py:Env"], ["env_fn='nosuch.py:Env'", "does not exist"], 2),
+    (
+        "env-fn-missing-class",
+        _envs(["env_fn=envs.py:Nope"]),
+        ["env_fn='envs.py:Nope'", "defines no 'Nope'", "['Guess', 'NoStep', 'Words']"],
+        2,
+    ),
+    ("env-fn-class-without-step", _envs(["env_fn=envs.py:NoStep"]), ["env_fn='envs.py:NoStep'", "no callable step"], 2),
+    ("gym-unknown-task", ["train_data=gym:chain_summ"], ["train_data", "no task 'chain_summ'", "chain_sum"], 2),
+    ("gym-unknown-option", ["train_data=gym:chain_sum:nosuch=1"], ["train_data", "no option 'nosuch'"], 2),
+    ("gym-invalid-option", ["train_data=gym:chain_sum:min_terms=0"], ["train_data", "min_terms must be positive"], 2),
+    (
+        "hub-dataset-offline-not-cached",
+        _env(["train_data=someone/no_such_set"], **_OFFLINE),
+        ["train_data", "'someone/no_such_set' is not in the local cache", "HF_HUB_OFFLINE"],
+        2,
+    ),
 ]
 
 
@@ -213,19 +273,61 @@ def test_remote_cluster_too_small_stops_before_any_placement(tmp_path, monkeypat
     assert fake.shutdowns == 1 and not fake.initialized
 
 
+@pytest.fixture
+def silent_port():
+    """A port where a connection is accepted and nothing ever answers (a hung or firewalled cluster head)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        yield server.getsockname()[1]
+
+
+def test_address_where_nothing_answers_is_refused_in_time(silent_port, tmp_path, monkeypatch, capsys, no_ray):
+    """The address check waits ``ADDRESS_PROBE_TIMEOUT_S`` (1 s) for an answer: with the command's start-up, an
+    address where nothing answers is refused in under 2 s, before ``ray.init``."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DEBUG_MODE", "0")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as info:
+        run_recipe(TinyGRPOCPUConfig, argv=[f"ray_address=127.0.0.1:{silent_port}"])
+    elapsed = time.perf_counter() - start
+    err = capsys.readouterr().err
+    assert info.value.code == EXIT_CONFIG, err
+    assert f"ray_address='127.0.0.1:{silent_port}'" in err and "no answer within 1 s" in err, err
+    assert elapsed < 2.0, f"refused after {elapsed:.2f}s"
+
+
 # The real command, end to end (each pays the interpreter and import start-up, ~0.5 s here).
 COMMANDS = [
     ("seed", ["seed=-1"], {}, ["seed"]),
     ("ray-address", ["ray_address=127.0.0.1:1"], {}, ["ray_address", "127.0.0.1:1"]),
     ("gpu-hidden", ["device=gpu"], {"CUDA_VISIBLE_DEVICES": ""}, ["device='gpu'"]),
     ("critic-lr", ["critic_lr=0.5"], {}, ["critic_lr"]),
+    # issue 27 (the folder holds envs.py, THREE_ENVS): about 0.6 s each on an idle 2-core machine, 7 s and 2.1-2.4 s
+    # before (the env_fn rows waited for the data, the tokenizer and torch; gym for reasoning-gym; Hub for datasets)
+    ("env-fn-missing-class", ["env_fn=envs.py:Nope"], {}, ["env_fn", "['Guess', 'NoStep', 'Words']"]),
+    ("env-fn-class-without-step", ["env_fn=envs.py:NoStep"], {}, ["env_fn", "no callable step"]),
+    ("gym-unknown-option", ["train_data=gym:chain_sum:nosuch=1"], {}, ["train_data", "no option 'nosuch'"]),
+    (
+        "hub-offline",
+        ["train_data=someone/no_such_set"],
+        {
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_HUB_CACHE": "{tmp}/hub",
+            "HF_DATASETS_CACHE": "{tmp}/ds",
+        },
+        ["train_data", "not in the local cache"],
+    ),
 ]
 
 
 @pytest.mark.parametrize(("case", "argv", "env", "names"), COMMANDS, ids=[c[0] for c in COMMANDS])
 def test_command_exits_2_naming_the_field(case, argv, env, names, tmp_path):
     environ = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    environ |= {"DEBUG_MODE": "0", "PYTHONPATH": str(REPO), **env}
+    environ |= {"DEBUG_MODE": "0", "PYTHONPATH": str(REPO), **{k: v.format(tmp=tmp_path) for k, v in env.items()}}
+    (tmp_path / "envs.py").write_text(THREE_ENVS)
     start = time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-m", "playground.tiny_grpo_cpu", *argv],

@@ -66,6 +66,7 @@ CONFIG_BUILDS_ON = {
     "reasonrl.utils.hub",  # Hub ids and the HF cache of this process: the driver pins with it, each actor resolves
     "reasonrl.utils.cpus",  # the logical CPUs of a local Ray instance: init_ray starts it so, validation checks it
     "reasonrl.utils.even_split",  # the one even split: mini-batch bounds here, engines and ranks in the loop
+    "reasonrl.utils.pysource",  # what a Python file defines, read with ast: env_fn refused without importing it
 }
 # The packages distributed/ builds on: it never imports config/ (what a worker, the memory model or the Ray helpers
 # need arrives as plain values or dataclasses of distributed/'s own), the loop, sft/ or an entry point.

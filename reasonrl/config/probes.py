@@ -39,6 +39,76 @@ def _reward_fn_problems(spec: str) -> list[str]:
     return []
 
 
+_ENV_FORMS = "env_fn takes 'tools' (the built-in tool environment), 'path/to/file.py:Name' or 'package.module:Name'"
+_ENV_NEEDS = (
+    "an environment needs reset(self, row) -> str | None and step(self, model_turn) -> StepResult (docs/multi_turn.md)"
+)
+
+
+def _env_fn_problems(spec: str) -> list[str]:
+    """What can be told of ``env_fn=spec`` without importing anything (the file is read with ``ast``): the spec's
+    form, the file or module exists, the file compiles, it defines the name, and a class defined there (with its
+    bases in the same file) has ``reset`` and ``step``. What needs the import (a factory's result, a class with a
+    base from elsewhere) is checked before Ray starts by ``reasonrl.agents.loading.env_fn_problems``."""
+    import difflib
+
+    from reasonrl.utils.pysource import module_source, read_definitions
+
+    spec = spec.strip()
+    if spec == "tools":
+        return []
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr:
+        return [f"env_fn={spec!r} is not a spec: {_ENV_FORMS}"]
+    if not all(part.isidentifier() for part in attr.split(".")):
+        return [f"env_fn={spec!r}: {attr!r} is not a Python name: {_ENV_FORMS}"]
+    if target.endswith(".py") or "/" in target or os.sep in target:
+        path = Path(target).expanduser()
+        if not path.is_file():
+            return [
+                f"env_fn={spec!r}: file {str(path)!r} does not exist (current directory {os.getcwd()}): fix the path "
+                f"(relative paths start at the directory you run from); {_ENV_FORMS}"
+            ]
+        if path.suffix != ".py":
+            return [f"env_fn={spec!r}: {str(path)!r} is not a .py file; {_ENV_FORMS}"]
+        where = repr(str(path))
+    else:
+        found, path = module_source(target)
+        if not found:
+            return [
+                f"env_fn={spec!r}: module {target.split('.')[0]!r} is not importable from here: use "
+                "'package.module:Name' for an importable module or 'path/to/file.py:Name' for a file"
+            ]
+        if path is None:  # compiled, namespace or found by a custom finder: checked when it is imported
+            return []
+        where = f"module {target!r} ({path})"
+    try:
+        defs = read_definitions(path)
+    except SyntaxError as exc:
+        return [
+            f"env_fn={spec!r}: {where} does not compile (SyntaxError: {exc.msg}, line {exc.lineno}): fix the error "
+            "in that file (it is imported before the run starts)"
+        ]
+    except (OSError, ValueError) as exc:  # unreadable, not UTF-8 without a coding line, null bytes
+        return [f"env_fn={spec!r}: {where} cannot be read as Python ({type(exc).__name__}: {exc})"]
+    name = attr.split(".")[0]
+    if defs.defines(name) is False:
+        listing = defs.listing()
+        close = difflib.get_close_matches(name, listing, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        defined = f"classes and functions defined there: {listing}" if listing else "it defines no class or function"
+        return [
+            f"env_fn={spec!r}: {where} defines no {name!r}; {hint}{defined}; the part after ':' must name a class "
+            "or factory defined there"
+        ]
+    attributes = defs.class_attributes(name) if name == attr else None
+    if attributes is not None:
+        missing = [m for m in ("reset", "step") if m not in attributes]
+        if missing:
+            return [f"env_fn={spec!r}: the class {name} has no callable {' or '.join(missing)}; {_ENV_NEEDS}"]
+    return []
+
+
 def _folder_problems(name: str, value: str, exp_name: str) -> list[str]:
     """``ckpt_dir`` / ``log_dir`` (``name``) = ``value``: the run creates ``value/exp_name/``, which cannot work when
     ``value`` or ``value/exp_name`` is a file, a parent of ``value`` is a file, or the folder it writes into first

@@ -37,7 +37,13 @@ from reasonrl.config.names import (
     TRACKERS,
     ZERO_STAGES,
 )
-from reasonrl.config.probes import _HOW_TO_PROVIDE_MODEL, _folder_problems, _model_problems, _reward_fn_problems
+from reasonrl.config.probes import (
+    _HOW_TO_PROVIDE_MODEL,
+    _env_fn_problems,
+    _folder_problems,
+    _model_problems,
+    _reward_fn_problems,
+)
 from reasonrl.config.resources import check_resources
 
 if TYPE_CHECKING:
@@ -297,6 +303,8 @@ def _check_data(cfg: BasePPOExpConfig, deep: bool = True) -> list[str]:
             problems.append("data_fields: map at least 'question', 'answer' or 'tests' (or use None for automatic)")
     if cfg.reward_fn is not None:
         problems += _reward_fn_problems(cfg.reward_fn)
+    if cfg.env_fn is not None and cfg.env_fn.strip():  # read with ast: refused before torch or the tokenizer load
+        problems += _env_fn_problems(cfg.env_fn)
     return problems
 
 

@@ -28,10 +28,17 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import importlib
+import importlib.machinery
+import importlib.util
 import json
+import re
+import sys
 import traceback
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from reasonrl.data.errors import DataFormatError
@@ -81,6 +88,99 @@ def _registry(text: str) -> dict[str, tuple[type, type]]:
             text, "reasoning-gym is not installed: pip install -e .[gym] (or pip install reasoning-gym==0.1.25)"
         ) from None
     return DATASETS
+
+
+# A top-level ``register_dataset(NAME, ...)`` call of a reasoning-gym module, and a module constant ``NAME = "..."``.
+_REGISTER_CALL = re.compile(r"""^register_dataset\(\s*("[^"\n]+"|'[^'\n]+'|[A-Za-z_]\w*)\s*,""", re.M)
+_CONSTANT = re.compile(r"""^([A-Za-z_]\w*)\s*=\s*["']([^"'\n]+)["']\s*$""", re.M)
+
+
+@functools.lru_cache(maxsize=1)
+def _task_index() -> dict[str, str]:
+    """``{task: module}`` of every ``register_dataset`` call of the installed reasoning-gym, read from its source
+    files (a text scan: nothing is imported); empty when reasoning-gym is not installed or the scan finds nothing.
+    ``tests/data/test_gym_source.py`` checks it against the registry an import fills."""
+    try:
+        spec = importlib.util.find_spec("reasoning_gym")
+    except (ImportError, ValueError):
+        return {}
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    index: dict[str, str] = {}
+    for root in map(Path, spec.submodule_search_locations):
+        for path in sorted(root.rglob("*.py")):
+            try:
+                source = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if "register_dataset(" not in source:
+                continue
+            constants = dict(_CONSTANT.findall(source))
+            parts = path.relative_to(root).with_suffix("").parts
+            module = ".".join(("reasoning_gym", *(parts[:-1] if parts[-1] == "__init__" else parts)))
+            for arg in _REGISTER_CALL.findall(source):
+                name = arg[1:-1] if arg[0] in "\"'" else constants.get(arg)
+                if name:
+                    index[name] = module
+    return index
+
+
+def _task_config_class(text: str, task: str) -> type:
+    """The config class of reasoning-gym task ``task``; the ``DataFormatError`` of an unknown task (with the
+    closest names) otherwise. The task's own module is imported alone when reasoning-gym is not imported yet
+    (:func:`_import_task_alone`): importing the package imports every task (sympy, matplotlib: 1-2 s), which a
+    refusal should not wait for."""
+    index = {} if "reasoning_gym" in sys.modules else _task_index()
+    names = list(index) or list(_registry(text))
+    if task not in names:
+        close = difflib.get_close_matches(task, names, n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise _fail(text, f"reasoning-gym has no task {task!r}; {hint}({LIST_TASKS_HINT})")
+    if index:
+        config_cls = _import_task_alone(task, index[task])
+        if config_cls is not None:
+            return config_cls
+    return _registry(text)[task][1]
+
+
+_LOADED_ALONE: dict[str, type] = {}  # task -> config class, of _import_task_alone
+
+
+def _import_task_alone(task: str, module: str) -> type | None:
+    """The config class ``module`` (a reasoning-gym task module) registers for ``task``, imported without running
+    the ``__init__`` of the packages above it (they are put in ``sys.modules`` unexecuted, as namespaces); None
+    when that fails (the caller then imports the whole package). Every ``reasoning_gym`` module imported here is
+    dropped from ``sys.modules`` afterwards, so that a later ``import reasoning_gym`` runs as usual; None at once
+    when reasoning-gym is imported already. Cached: validation parses a source several times (its check, duplicate
+    and train/eval overlap checks)."""
+    if task in _LOADED_ALONE:
+        return _LOADED_ALONE[task]
+    if any(m == "reasoning_gym" or m.startswith("reasoning_gym.") for m in sys.modules):
+        return None
+    parts = module.split(".")
+    try:
+        parent_path = None
+        for i in range(1, len(parts)):
+            package = ".".join(parts[:i])
+            if parent_path is None:
+                spec = importlib.util.find_spec(package)
+            else:
+                spec = importlib.machinery.PathFinder.find_spec(package, parent_path)
+            if spec is None or spec.submodule_search_locations is None:
+                return None
+            sys.modules[package] = importlib.util.module_from_spec(spec)  # a package whose __init__ did not run
+            parent_path = list(spec.submodule_search_locations)
+        # coaching first, as the package's own import order has it: reasoning_gym.factory imports coaching, whose
+        # experiment module imports composite, which needs the factory complete (a task module first is a cycle)
+        importlib.import_module("reasoning_gym.coaching")
+        importlib.import_module(module)
+        _LOADED_ALONE[task] = sys.modules["reasoning_gym.factory"].DATASETS[task][1]
+        return _LOADED_ALONE[task]
+    except Exception:  # noqa: BLE001 - anything unexpected: the caller imports the whole package instead
+        return None
+    finally:
+        for name in [m for m in sys.modules if m == "reasoning_gym" or m.startswith("reasoning_gym.")]:
+            del sys.modules[name]
 
 
 def _parse_bool(text: str, key: str, value: str) -> bool:
@@ -182,11 +282,7 @@ def parse_gym_source(text: str) -> GymSourceSpec:
         raise _fail(text, f"size={size} is more than {MAX_SIZE} rows: split it into several sources (seed ranges)")
     seed = _parse_int(text, "seed", given.pop("seed", str(DEFAULT_SEED)), minimum=0)
     unsafe = _parse_bool(text, "allow_unsafe_scorer", given.pop("allow_unsafe_scorer", "false"))
-    registry = _registry(text)
-    if task not in registry:
-        close = difflib.get_close_matches(task, list(registry), n=3, cutoff=0.6)
-        hint = f"did you mean {', '.join(close)}? " if close else ""
-        raise _fail(text, f"reasoning-gym has no task {task!r}; {hint}({LIST_TASKS_HINT})")
+    config_cls = _task_config_class(text, task)
     from reasonrl.data.gym import UNSAFE_TASKS
 
     if task in UNSAFE_TASKS and not unsafe:
@@ -195,7 +291,6 @@ def parse_gym_source(text: str) -> GymSourceSpec:
             f"the scorer of {task} runs eval/sympy parse_expr on model output; add :allow_unsafe_scorer=true to "
             "use it anyway (scoring runs in hard-timeout, memory-limited worker processes)",
         )
-    config_cls = registry[task][1]
     defaults = _option_defaults(config_cls)
     options = {}
     for key, value in given.items():

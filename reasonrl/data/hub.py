@@ -93,12 +93,20 @@ def cached_snapshot(repo: str) -> Path | None:
     return max(snapshots, key=lambda p: p.stat().st_mtime) if snapshots else None
 
 
+_UPPER_UPPER = re.compile(r"([A-Z]+)([A-Z][a-z])")
+_LOWER_UPPER = re.compile(r"([a-z\d])([A-Z])")
+
+
+def _snake_case(name: str) -> str:
+    """``datasets.naming.camelcase_to_snakecase`` (datasets 2.x-4.x), here so that the offline check of a Hub id
+    refuses an uncached one without importing ``datasets`` (about a second)."""
+    return _LOWER_UPPER.sub(r"\1_\2", _UPPER_UPPER.sub(r"\1_\2", name)).lower()
+
+
 def prepared_cache_folder(repo: str) -> Path:
     """Where ``datasets`` keeps its prepared copy of ``repo`` (``owner___name``, the name in snake case)."""
-    from datasets.naming import camelcase_to_snakecase
-
     owner, name = repo.split("/")
-    return datasets_cache_dir() / f"{owner}___{camelcase_to_snakecase(name)}"
+    return datasets_cache_dir() / f"{owner}___{_snake_case(name)}"
 
 
 def not_cached_error(text: str, hub: HubId) -> DataFormatError:

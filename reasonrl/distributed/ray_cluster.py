@@ -17,13 +17,15 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 
 from loguru import logger
 
 from reasonrl.utils.cpus import local_ray_cpus
 
-# Seconds the address check may take (one gRPC call); a cluster head answers in milliseconds.
-ADDRESS_PROBE_TIMEOUT_S = 1.5
+# Seconds the address check may take (one gRPC call); a cluster head answers in milliseconds. With the ~0.6 s the
+# command takes to start and validate, an address where nothing answers is refused in under 2 s.
+ADDRESS_PROBE_TIMEOUT_S = 1.0
 # The GCS method the address check calls: any gRPC answer from it (even "unauthenticated", under Ray's token auth)
 # proves a Ray cluster; other gRPC servers answer "unimplemented", closed ports "unavailable".
 _GCS_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"
@@ -144,6 +146,41 @@ def check_ray_address(address: str | None, timeout: float = ADDRESS_PROBE_TIMEOU
     if failure is not None:
         raise RayClusterError(f"{origin}: no Ray cluster at {target} ({failure}): {_HOW}", title="no Ray cluster")
     return target
+
+
+class AddressCheck:
+    """:func:`check_ray_address` of ``address`` run in a thread from the moment this is made, so that waiting for a
+    cluster that does not answer overlaps the run's other start-up checks; :meth:`result` waits for it and returns
+    or raises as :func:`check_ray_address` would. No thread when there is no address to check (a local instance).
+    Not a daemon: an exit meanwhile waits for the check (at most ``timeout``), so gRPC is never torn down mid-call."""
+
+    def __init__(self, address: str | None, timeout: float = ADDRESS_PROBE_TIMEOUT_S):
+        self.address = address
+        self._target: str | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        try:
+            needed = resolve_ray_address(address)[0] is not None
+        except RayClusterError:
+            needed = True  # raised again by the check itself
+        if needed:
+            self._thread = threading.Thread(target=self._check, args=(timeout,), name="ray-address-check")
+            self._thread.start()
+
+    def _check(self, timeout: float) -> None:
+        try:
+            self._target = check_ray_address(self.address, timeout)
+        except BaseException as err:  # noqa: BLE001 - handed to the caller of result()
+            self._error = err
+
+    def result(self) -> str | None:
+        """The address ``init_ray`` will connect to (None: a new local instance); :class:`RayClusterError` when
+        no cluster answers there."""
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._target
 
 
 def init_ray(

@@ -90,12 +90,15 @@ class ExperimentRunner:
     checkpoint the current attempt starts from, or None).
     """
 
-    def __init__(self, exp):
+    def __init__(self, exp, address_check=None):
+        """``address_check``: a :class:`~reasonrl.distributed.ray_cluster.AddressCheck` of ``cfg.ray_address``
+        already under way (``run_recipe`` starts it before validating), else the address is checked in :meth:`run`."""
         self.exp = exp
         self.cfg: BasePPOExpConfig = exp.cfg
         self.trainer = None
         self.resume_from: Path | None = None
         self._resume_checked = False
+        self._address_check = address_check
 
     def resume_checkpoint(self) -> Path | None:
         """:func:`resolve_resume` of the config, once (later calls return the first answer; a restarted attempt
@@ -106,14 +109,17 @@ class ExperimentRunner:
 
     def run(self) -> dict[str, float]:
         """Validate, build and check the hooks' results, start, train, clean up. Returns the last step's metrics."""
-        from reasonrl.distributed.ray_cluster import check_ray_address
+        from reasonrl.distributed.ray_cluster import AddressCheck
         from reasonrl.rewards.main_guard import exit_if_reimporting_main
 
         exit_if_reimporting_main(f"{type(self.exp).__name__}.run()")  # a worker re-running an unguarded script
         cfg = self.cfg
         cfg.validate()  # fails here, before any process starts
+        check = self._address_check
+        if check is None or check.address != cfg.ray_address:
+            check = AddressCheck(cfg.ray_address)
         with ray_cluster_checked():
-            check_ray_address(cfg.ray_address)  # no cluster answering: refused now, not after minutes in ray.init
+            check.result()  # no cluster answering: refused now, not after minutes in ray.init
         self.resume_checkpoint()  # a checkpoint written by another config is refused here too
         with contextlib.ExitStack() as stack:
             # every hook called and its result checked, before Ray starts

@@ -98,8 +98,12 @@ def resolve_callable(spec: str, base_dir: str | os.PathLike | None = None, *, wh
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            available = sorted(
-                k for k, v in vars(module).items() if callable(v) and not k.startswith("_") and not isinstance(v, type)
+            available = sorted(  # classes only when defined there (not every class the file imports)
+                k
+                for k, v in vars(module).items()
+                if callable(v)
+                and not k.startswith("_")
+                and (not isinstance(v, type) or getattr(v, "__module__", None) == module.__name__)
             )
             raise RewardFnSpecError(
                 f"{what} {spec!r}: {target!r} has no attribute {attr!r}; callables defined there: {available}"

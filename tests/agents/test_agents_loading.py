@@ -101,6 +101,14 @@ def test_problems_name_env_fn(envs, spec, message):
         load_env_factory(spec, base_dir=envs)
 
 
+def test_missing_name_lists_the_classes_and_functions_of_the_file(envs):
+    """The listing names what the file defines: its classes too (a file of environment classes listed none), and
+    not the classes it imports (StepResult)."""
+    (problem,) = env_fn_problems("envs.py:Nope", base_dir=envs)
+    listing = "['Good', 'NeedsArgs', 'NoStep', 'make_broken', 'make_good', 'make_nothing']"
+    assert f"callables defined there: {listing}" in problem, problem
+
+
 def test_module_spec():
     assert env_fn_problems("reasonrl.agents.tool_env:ToolEnvironment") == []
 

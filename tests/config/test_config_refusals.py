@@ -133,3 +133,63 @@ def test_broken_model_refused_before_any_heavy_import(tmp_path, tiny_model_dir):
     assert f"pretrain='{bad}': config.json names model_type='nosuchmodel'" in done.stderr + done.stdout
     assert "train_data: 'gym:basic_arithmetic' is checked once the other problems are fixed" in done.stderr
     print(f"refusal took {report['s']:.2f} s in the child")  # informative only: timings vary with the machine's load
+
+
+# Issue 27: refusals that waited seconds for the tokenizer and torch (env_fn), reasoning-gym (gym: sources) or datasets
+# (a Hub id offline) come before any of them is imported.
+THREE_ENVS = """
+class Guess:
+    def reset(self, row):
+        return None
+
+    def step(self, model_turn):
+        return None
+
+
+class NoStep:
+    def reset(self, row):
+        return None
+
+
+class Words(Guess):
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (
+            ["env_fn={tmp}/envs.py:Nope"],
+            {},
+            "defines no 'Nope'; did you mean 'NoStep'? classes and functions defined "
+            "there: ['Guess', 'NoStep', 'Words']",
+        ),
+        (["env_fn={tmp}/envs.py:NoStep"], {}, "the class NoStep has no callable step"),
+        (["env_fn={tmp}/nosuch.py:Env"], {}, "nosuch.py' does not exist"),
+        (["train_data=gym:chain_summ"], {}, "reasoning-gym has no task 'chain_summ'; did you mean chain_sum"),
+        (["train_data=gym:chain_sum:nosuch=1"], {}, "chain_sum has no option 'nosuch'"),
+        (["train_data=gym:chain_sum:min_terms=0"], {}, "not valid for chain_sum: min_terms must be positive"),
+        (
+            ["train_data=someone/no_such_set"],
+            {
+                "HF_HUB_OFFLINE": "1",
+                "HF_DATASETS_OFFLINE": "1",
+                "HF_HUB_CACHE": "{tmp}/hub",
+                "HF_DATASETS_CACHE": "{tmp}/d",
+            },
+            "'someone/no_such_set' is not in the local cache",
+        ),
+    ],
+    ids=["env-fn-missing-class", "env-fn-no-step", "env-fn-missing-file", "gym-task", "gym-option", "gym-value", "hub"],
+)
+def test_user_code_gym_and_hub_refused_before_any_heavy_import(tmp_path, monkeypatch, args, env, expected):
+    (tmp_path / "envs.py").write_text(THREE_ENVS)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value.format(tmp=tmp_path))
+    done, report = _refuse_in_child(tmp_path, *[a.format(tmp=tmp_path) for a in args])
+    assert report["code"] == 2, done.stderr
+    assert report["heavy"] == [], report  # no torch, transformers, datasets, reasoning-gym or ray
+    assert expected in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    print(f"refusal took {report['s']:.2f} s in the child")  # informative only

@@ -122,3 +122,45 @@ def test_canonical_spelling():
     assert canonical == "gym:basic_arithmetic:size=1000:seed=0:allow_parentheses=false:operators=+|-"
     assert canonical_gym_source(canonical) == canonical
     assert parse_gym_source(canonical) == parse_gym_source("gym:basic_arithmetic:allow_parentheses=0:operators=+|-")
+
+
+_ALONE_CHILD = """
+import json, sys
+from reasonrl.data.gym_source import _task_index, parse_gym_source, DataFormatError
+index = _task_index()
+sources = ("gym:chain_sum:max_terms=3", "gym:gsm_symbolic", "gym:acre", "gym:knights_knaves")
+specs = [parse_gym_source(s) for s in sources]
+refused = []
+for source in ("gym:chain_summ", "gym:chain_sum:nosuch=1", "gym:chain_sum:min_terms=0"):
+    try:
+        parse_gym_source(source)
+    except DataFormatError as err:
+        refused.append(str(err))
+left = sorted(m for m in sys.modules if m.split(".")[0] in ("reasoning_gym", "sympy", "matplotlib"))
+from reasoning_gym.factory import DATASETS
+print(json.dumps(dict(
+    index=index, registry={k: v[0].__module__ for k, v in DATASETS.items()}, left=left, refused=refused,
+    options=[dict(s.options) for s in specs],
+)))
+"""
+
+
+def test_tasks_are_found_and_checked_without_importing_reasoning_gym(tmp_path):
+    """A ``gym:`` source is checked without importing the reasoning-gym package (every task: sympy, matplotlib,
+    1-2 s): task names from a scan of its sources (the same names and modules its registry has once imported),
+    a task's config class from its own module, imported alone and dropped again, so that the package imports as
+    usual afterwards (in a fresh interpreter: this test session may have imported reasoning-gym already)."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _ALONE_CHILD], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["index"] == report["registry"]  # every task, in the module that registers it
+    assert report["left"] == []  # nothing of reasoning-gym (nor sympy / matplotlib) stays imported
+    assert report["options"][0] == {"max_terms": 3}
+    unknown, option, value = report["refused"]
+    assert "no task 'chain_summ'; did you mean chain_sum" in unknown
+    assert "chain_sum has no option 'nosuch'" in option and "min_terms=2" in option
+    assert "not valid for chain_sum: min_terms must be positive" in value

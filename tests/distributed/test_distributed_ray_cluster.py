@@ -132,6 +132,26 @@ def test_a_silent_server_times_out_within_the_bound():
     assert "no answer within 0.5 s" in str(info.value) or "unreachable" in str(info.value)
 
 
+def test_address_check_runs_in_the_background_and_raises_on_result(monkeypatch):
+    """``AddressCheck`` probes from the moment it is made (``run_recipe`` makes it before validating, so a silent
+    address's timeout overlaps the config checks); no thread without an address; ``result()`` raises as
+    ``check_ray_address`` does."""
+    assert rc.AddressCheck(None)._thread is None and rc.AddressCheck(None).result() is None
+    started = threading.Event()
+
+    def slow_probe(target, host, port, timeout):
+        started.set()
+        return "no answer within 1 s"
+
+    monkeypatch.setattr(rc, "_probe", slow_probe)
+    check = rc.AddressCheck("10.0.0.1:6379")
+    assert started.wait(5)  # under way before anyone asks for the result
+    with pytest.raises(rc.RayClusterError, match=r"ray_address='10.0.0.1:6379': no Ray cluster at 10.0.0.1:6379"):
+        check.result()
+    with pytest.raises(rc.RayClusterError, match="not an address"):
+        rc.AddressCheck("local").result()
+
+
 def test_local_instance_size():
     assert resources.local_num_cpus("cpu") == max(resources.CPU_OVERSUBSCRIBE_MIN, os.cpu_count() or 1)
     assert resources.local_num_cpus("gpu") is None
