@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from types import SimpleNamespace
 
 import torch
 from torch import nn
@@ -118,6 +119,7 @@ def main(rank: int, port: int, out: str) -> None:
 
         def __init__(self):
             self.rank, self.device, self.model_runner = rank, torch.device("cpu"), Runner()
+            self.vllm_config = SimpleNamespace(parallel_config=SimpleNamespace(tensor_parallel_size=2))
 
         def reload_weights(self, weights_iterator, is_checkpoint_format=True):
             model.load_weights(weights_iterator)
