@@ -419,9 +419,9 @@ class PolicyWorker(_ModelWorker):
             self._sender = BucketSender(self.engine.module, self.rank, dist_backend())
         return self._sender
 
-    def sync_layout(self, trainable_only: bool = False) -> list[tuple[str, tuple[int, ...], str]]:
-        """``(name, full shape, dtype)`` of every parameter (``trainable_only``: of those that train), in order
-        (the driver plans buckets from it)."""
+    def sync_layout(self, trainable_only: bool = False) -> list[tuple[str, tuple[int, ...], str, str]]:
+        """``(name, full shape, dtype, reload unit)`` of every parameter (``trainable_only``: of those that train), in
+        order (the driver plans buckets from it; ``BucketSender.layout``)."""
         return self._bucket_sender().layout(trainable_only)
 
     def join_weight_group(self, address: str, port: int, world_size: int, timeout_s: float = 600) -> None:

@@ -68,7 +68,7 @@ class SyncReport:
     reload_warnings_dropped: int = 0
     verify_s: float = 0.0
     probe_max_abs_diff: float = float("nan")
-    params_total: int = 0  # not yet in as_metrics: "sync/params_total" needs its entry in utils/scalars.py first
+    params_total: int = 0
 
     @property
     def total_s(self) -> float:
@@ -82,6 +82,7 @@ class SyncReport:
             "sync/load_s": self.load_s,
             "sync/check_s": self.check_s,
             "sync/params_checked": float(self.params_checked),
+            "sync/params_total": float(self.params_total),
             "sync/reload_warnings_dropped": float(self.reload_warnings_dropped),
             "sync/verify_s": self.verify_s,
             "sync/total_s": self.total_s,

@@ -178,6 +178,7 @@ SCALARS: tuple[Scalar, ...] = (
         "seconds of the exact check (fingerprints of every tensor received and of the engine parameters)",
     ),
     Scalar("sync/params_checked", "engine parameters whose bytes the exact check compared with what was sent"),
+    Scalar("sync/params_total", "engine parameters over all workers (those not checked are named once in the log)"),
     Scalar("sync/reload_warnings_dropped", "vLLM partial-reload warnings dropped (one per module outside each bucket)"),
     Scalar("sync/verify_s", "seconds of the probe check (policy vs engines)"),
     Scalar("sync/probe_max_abs_diff", "max |logprob difference| between policy and engines on the probe"),
