@@ -6,7 +6,8 @@ started first stopped (:func:`logged`: a failing cleanup is logged and the other
 functions of the config so that ``reasonrl.eval`` starts its engines with the same code.
 
     tracker -> ray.init (or join ``ray_address``) -> cluster check -> placement groups -> models on every node
-    -> worker groups (policy, ref, critic, reward model) + vLLM engines -> PPOTrainer
+    -> vLLM engines + worker groups (policy, ref, critic, reward model; colocate_all on GPUs: after the engines
+    are ready and asleep) -> PPOTrainer
 """
 
 from __future__ import annotations
@@ -155,46 +156,34 @@ def start_roles(
     reward_pad_id: int | None = None,
 ):
     """Worker groups and engines, each registered for shutdown. The reward model's workers pad with its own
-    tokenizer's pad id (``reward_pad_id``). The engine actors are created first, without waiting: their start-up
-    overlaps the worker groups' rendezvous (a tiny CPU run starts ~15 s sooner on 2 cores). Split placement: all
-    set up concurrently. ``colocate_all``: engines
-    first -> ready -> asleep, then the DeepSpeed setups (vLLM refuses to start when the free device memory is
-    below ``gpu_memory_utilization`` x total, so the two must not race); the devices then are in the TRAINING
-    phase of :mod:`reasonrl.distributed.phases`."""
+    tokenizer's pad id (``reward_pad_id``). The engine actors are created first, without waiting.
+
+    ``colocate_all`` on GPUs: engines created -> ready -> asleep, and only then the worker groups (each
+    ``WorkerGroup`` blocks in ``init_process_group``, where NCCL with ``device_id`` allocates device memory
+    eagerly: ``deepspeed/comm/torch.py`` ~276-282) and their DeepSpeed setups. vLLM profiles free memory while it
+    starts (``v1/worker/gpu_worker.py`` ~716-728) and refuses to start below ``gpu_memory_utilization`` x total,
+    so nothing of DeepSpeed's may be on the devices before every engine sleeps. The devices then are in the
+    TRAINING phase of :mod:`reasonrl.distributed.phases`.
+
+    Otherwise (split placement, or CPU where there is no such check and sleep is simulated) the engines' start-up
+    overlaps the groups' rendezvous and setups (a tiny CPU run starts ~15 s sooner on 2 cores); colocated CPU
+    engines are put to sleep afterwards, the phase machine's starting state."""
     import ray
 
-    from reasonrl.distributed.ppo_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
-    from reasonrl.distributed.worker_group import WorkerGroup
     from reasonrl.loop.trainer import Roles
 
-    classes = {"policy": PolicyWorker, "ref": ReferenceWorker, "critic": CriticWorker, "reward": RewardModelWorker}
-    # The engines' actors are created first (non-blocking): their start-up (imports, model load) overlaps the
-    # worker groups' rendezvous below instead of waiting for it.
     engines = start_vllm_engines(cfg, plan["vllm"], stack)
-    groups: dict[str, Any] = {}
-    setups = []  # (group, worker config)
-    for role, cls in classes.items():
-        if role in plan:
-            groups[role] = WorkerGroup(cls, plan[role], name=role)
-            stack.callback(logged, groups[role].kill)
-            pad = reward_pad_id if role == "reward" and reward_pad_id is not None else pad_token_id
-            # attn_implementation travels unresolved: each worker resolves "auto" where it runs
-            worker_cfg = cfg.worker_config(role, num_rollout_steps=num_steps, pad_token_id=pad)
-            setups.append((groups[role], worker_cfg))
     ready = [e.ready.remote() for e in engines]
-    # colocate_all on GPUs: vLLM refuses to start unless gpu_memory_utilization x device is free, so engines
-    # start and fall asleep before any DeepSpeed setup fills the devices. On CPU (no such check; sleep is
-    # simulated by the engines) both load at once: ~4 s less start-up on 2 cores.
-    engines_first = cfg.colocate_all and plan.device == "gpu"
-    if engines_first:
+    if cfg.colocate_all and plan.device == "gpu":
         ray.get(ready)
         ray.get([e.sleep.remote(cfg.engine_sleep_level) for e in engines])
-        ready = []
-    ray.get(ready + [ref for group, wcfg in setups for ref in group.call_async("setup", wcfg)])
-    if cfg.colocate_all and not engines_first:
-        ray.get(
-            [e.sleep.remote(cfg.engine_sleep_level) for e in engines]
-        )  # the phase machine starts with engines asleep
+        groups, setups = start_worker_groups(cfg, stack, plan, num_steps, pad_token_id, reward_pad_id)
+        ray.get(setups)
+    else:
+        groups, setups = start_worker_groups(cfg, stack, plan, num_steps, pad_token_id, reward_pad_id)
+        ray.get(ready + setups)
+        if cfg.colocate_all:
+            ray.get([e.sleep.remote(cfg.engine_sleep_level) for e in engines])  # the phase machine's start
     _log_attention(groups)
     return Roles(
         policy=groups["policy"],
@@ -203,6 +192,34 @@ def start_roles(
         critic=groups.get("critic"),
         reward_model=groups.get("reward"),
     )
+
+
+def start_worker_groups(
+    cfg: BasePPOExpConfig,
+    stack: contextlib.ExitStack,
+    plan,
+    num_steps: int,
+    pad_token_id: int,
+    reward_pad_id: int | None = None,
+) -> tuple[dict[str, Any], list]:
+    """The DeepSpeed roles of ``plan`` (policy, ref, critic, reward model), each a ``WorkerGroup`` registered for
+    shutdown; returns ``(groups by role, refs of their setups)``. Constructing a group joins its process group
+    (blocking); the setups are sent, not awaited."""
+    from reasonrl.distributed.ppo_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
+    from reasonrl.distributed.worker_group import WorkerGroup
+
+    classes = {"policy": PolicyWorker, "ref": ReferenceWorker, "critic": CriticWorker, "reward": RewardModelWorker}
+    groups: dict[str, Any] = {}
+    setups: list = []
+    for role, cls in classes.items():
+        if role in plan:
+            groups[role] = WorkerGroup(cls, plan[role], name=role)
+            stack.callback(logged, groups[role].kill)
+            pad = reward_pad_id if role == "reward" and reward_pad_id is not None else pad_token_id
+            # attn_implementation travels unresolved: each worker resolves "auto" where it runs
+            worker_cfg = cfg.worker_config(role, num_rollout_steps=num_steps, pad_token_id=pad)
+            setups += groups[role].call_async("setup", worker_cfg)
+    return groups, setups
 
 
 def _log_attention(groups: dict[str, Any]) -> None:
