@@ -40,7 +40,7 @@ from typing import Any
 from loguru import logger
 
 from reasonrl.distributed.ds_config import require_field
-from reasonrl.distributed.optim_setup import optimizer_impl, optimizer_param_groups
+from reasonrl.distributed.optim_setup import TORCH_FUSED, fused_or_fallback, optimizer_impl, optimizer_param_groups
 from reasonrl.distributed.param_gather import (
     FlatPartition,
     gather_partitions_to_rank0,
@@ -175,15 +175,24 @@ def make_optimizer(
     ``impl`` (see :func:`optimizer_impl` for ``"auto"``): ``"torch"`` (``torch.optim.AdamW``), ``"fused"``
     (DeepSpeed ``FusedAdam``, AdamW mode: JIT-built CUDA kernel; the only optimizer whose states ZeRO-3
     ``offload_states`` can move) or ``"cpu_adam"`` (``DeepSpeedCPUAdam``, required by ``offload_optimizer``; ~40 s
-    JIT build). All three implement the same AdamW update.
+    JIT build). All implement the same AdamW update. When ``"auto"`` picks ``"fused"`` but FusedAdam can be neither
+    loaded pre-built nor JIT-built (:func:`fused_adam_build_problem`: no ``nvcc``, or one whose CUDA differs from
+    torch's), it falls back to ``torch.optim.AdamW(fused=True)`` with one warning instead of DeepSpeed's
+    ``CUDAMismatchException`` / ``MissingCUDAException`` at start-up; an explicit ``impl="fused"`` is not changed.
     """
     import torch
 
     require_field(lr > 0, "lr", f"must be > 0, got {lr!r}")
-    impl = optimizer_impl(ds_config, impl)
+    requested, impl = impl, optimizer_impl(ds_config, impl)
+    if impl == "fused" and requested == "auto":
+        impl, warning = fused_or_fallback(fused_adam_build_problem())
+        if warning:
+            _warn_once(warning)
     groups = optimizer_param_groups(model, weight_decay)
     if impl == "torch":
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    if impl == TORCH_FUSED:
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=True)
     if impl == "fused":
         from deepspeed.ops.adam import FusedAdam
 
@@ -191,6 +200,52 @@ def make_optimizer(
     from deepspeed.ops.adam import DeepSpeedCPUAdam
 
     return DeepSpeedCPUAdam(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, adamw_mode=True)
+
+
+def fused_adam_build_problem() -> str | None:
+    """Why DeepSpeed's ``FusedAdam`` cannot load in this process, or None when it can: pre-built into the install
+    (``DS_BUILD_FUSED_ADAM=1``: ``deepspeed.git_version_info.installed_ops``, what ``OpBuilder.load`` checks first),
+    already loaded, or JIT-buildable: ``nvcc`` under ``CUDA_HOME`` whose CUDA major.minor matches torch's
+    (``op_builder/builder.py`` ``assert_no_cuda_mismatch``, which raises ``MissingCUDAException`` /
+    ``CUDAMismatchException``; ``DS_SKIP_CUDA_CHECK=1`` is honoured there), the builder's own compatibility
+    check, and ninja. Asks the builder only; compiles nothing."""
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.git_version_info import accelerator_name, installed_ops
+    from deepspeed.ops.op_builder import FusedAdamBuilder
+    from deepspeed.ops.op_builder.builder import (
+        CUDAMismatchException,
+        MissingCUDAException,
+        OpBuilder,
+        assert_no_cuda_mismatch,
+    )
+
+    name = FusedAdamBuilder.NAME
+    if name in OpBuilder._loaded_ops or (installed_ops.get(name) and accelerator_name == get_accelerator()._name):
+        return None
+    try:
+        assert_no_cuda_mismatch(name)
+    except (MissingCUDAException, CUDAMismatchException) as err:
+        return str(err).lstrip(">- ")
+    builder = FusedAdamBuilder()
+    if not builder.is_compatible(verbose=False):
+        return f"DeepSpeed reports {name} incompatible: {getattr(builder, 'error_log', None) or 'no reason given'}"
+    from torch.utils.cpp_extension import verify_ninja_availability
+
+    try:
+        verify_ninja_availability()
+    except RuntimeError:
+        return "ninja is not installed (the JIT build needs it)"
+    return None
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """Log ``message`` once per process (every ZeRO rank and role builds its optimizer in its own process)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        logger.warning(message)
 
 
 def initialize(model, ds_config: dict[str, Any], optimizer=None, lr_scheduler=None):

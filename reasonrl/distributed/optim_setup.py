@@ -17,6 +17,9 @@ from reasonrl.distributed.platform import device_type
 
 SCHEDULES = ("constant", "linear", "cosine")
 OPTIMIZER_IMPLS = ("auto", "torch", "fused", "cpu_adam")
+# What "auto" gives on a GPU where DeepSpeed's FusedAdam can neither load pre-built nor JIT-build: torch's own fused
+# AdamW kernel (``torch.optim.AdamW(fused=True)``, shipped with torch, no nvcc needed). Same AdamW update.
+TORCH_FUSED = "torch_fused"
 
 
 def optimizer_param_groups(model, weight_decay: float) -> list[dict[str, Any]]:
@@ -45,6 +48,25 @@ def optimizer_impl(ds_config: dict[str, Any] | None = None, impl: str = "auto") 
         return impl
     offload = ((ds_config or {}).get("zero_optimization", {}).get("offload_optimizer") or {}).get("device")
     return "cpu_adam" if offload in ("cpu", "nvme") else "fused" if device_type() == "cuda" else "torch"
+
+
+def fused_or_fallback(fused_adam_problem: str | None) -> tuple[str, str | None]:
+    """Where ``"auto"`` resolved to ``"fused"``: keep DeepSpeed's ``FusedAdam`` when it can load
+    (``fused_adam_problem`` is None: pre-built with ``DS_BUILD_FUSED_ADAM=1``, or an ``nvcc`` matching torch's CUDA
+    to JIT-build it), else fall back to :data:`TORCH_FUSED`. Returns ``(impl, warning)``: the one warning to log
+    for the fallback, or None.
+
+    The fallback's cost, named in the warning: under ZeRO-3 ``offload_states`` moves optimizer states and fp32 master
+    weights only for ``FusedAdam``, so with torch's AdamW they stay on the device between phases."""
+    if fused_adam_problem is None:
+        return "fused", None
+    return TORCH_FUSED, (
+        f"DeepSpeed's FusedAdam cannot be built here ({fused_adam_problem.strip()}); using torch.optim.AdamW"
+        "(fused=True) instead (same AdamW update). Under ZeRO-3 its optimizer states and fp32 master weights stay "
+        "on the GPU between phases (offload_states moves them only for FusedAdam). To get FusedAdam: install the "
+        "CUDA toolkit whose version matches torch.version.cuda (nvcc on PATH, CUDA_HOME set), or pre-build it with "
+        "DS_BUILD_FUSED_ADAM=1 pip install deepspeed (the Dockerfile does)."
+    )
 
 
 def lr_factor(
