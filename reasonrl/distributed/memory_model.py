@@ -29,8 +29,20 @@ Formulas (``P`` parameters, ``N`` the role's data-parallel size, ``w`` bytes per
   holds two (the one it reloads and the next, received meanwhile) outside vLLM's budget: 0.5 GB at the default,
   inside :data:`HEADROOM`.
 
-Not modelled: the CUDA context (~0.5 GB per process, two processes per device under colocation), allocator
-fragmentation, NCCL buffers; :data:`HEADROOM` keeps 8 GB of an 80 GB device for them.
+* CUDA contexts: :data:`CUDA_CONTEXT_BYTES` (0.5 GB) per process that uses the device, outside every allocator and
+  never freed by sleep or offload. Under colocation a device holds one rank of every DeepSpeed role, the engine's
+  Ray actor (vLLM's front end; counted as an upper bound) and vLLM's worker, whose context is inside vLLM's budget
+  while it generates (vLLM's profiling counts its non-torch memory: ``v1/worker/gpu_worker.py`` ~690-743) and
+  outside it while the engine sleeps: 4-5 contexts per device (``cuda_contexts``, every phase). Split placement: one
+  per device of a role; vLLM-only devices none (inside the budget).
+* vLLM's CUDA-graph pool (:attr:`Setup.vllm_cuda_graph_bytes`): inside the budget while generating (vLLM 0.32
+  subtracts it from the KV cache, ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`` by default); a sleep backs it up
+  to the host and the first wake brings it back whatever tags it names (``device_allocator/cumem.py`` ~331-350:
+  only ``weights`` and ``kv_cache`` are deferrable; ``sleep_mode_backend.py`` ~132-136), so it is resident beside
+  the weights in SYNC (``vllm_cuda_graphs``).
+
+Not modelled: allocator fragmentation, NCCL buffers, kernel workspaces; :data:`HEADROOM` keeps 7 GB of an 80 GB
+device for them.
 
 This module knows no config: it takes a :class:`Setup` of plain values (a config's:
 :func:`reasonrl.config.memory.setup_from_config`). The tables of the GPU recipes (docs/memory.md)::
@@ -49,8 +61,21 @@ from reasonrl.distributed.phases import COLOCATED_STEP, RESIDENT, Phase
 GB = 10**9
 DEVICE_BYTES = 80 * GB
 """An 80 GB device (A100-80G, H100 80GB; what the GPU recipes target)."""
-HEADROOM = 8 * GB
-"""Kept free for what is not modelled (CUDA contexts, fragmentation, NCCL buffers)."""
+HEADROOM = 7 * GB
+"""Kept free for what is not modelled (fragmentation, NCCL buffers, kernel workspaces). It was 8 GB when it also
+covered two CUDA contexts; those are modelled now (:data:`CUDA_CONTEXT_BYTES`)."""
+CUDA_CONTEXT_BYTES = GB // 2
+"""One process's CUDA context on its device: ~0.5 GB, the figure of ``notes/gpu_review.md`` (item 7) and of this
+module's earlier docstring, for CUDA 12/13 with lazy module loading (``CUDA_MODULE_LOADING=LAZY``, torch's default)
+on A100/H100-class devices; an estimate, not measured here (no GPU): ``gpu_check``'s memory lines measure the
+contexts inside every device-wide figure."""
+ENGINE_PROCESSES_OUTSIDE_BUDGET = 1
+"""Processes of one engine on a device whose contexts vLLM's budget does not count: its Ray actor (the front end).
+vLLM's worker process counts its own context in the budget while the engine is awake."""
+VLLM_CUDA_GRAPH_BYTES = 3 * GB
+"""vLLM's CUDA-graph pool at its default capture sizes: the upper end of the 2-3 GB that notes/gpu_review.md gives for
+7B-class models (vLLM logs the real figure at start-up, "Graph capturing finished ... took X GiB"). 0 with
+``enforce_eager``."""
 COLOCATED_PHASES = COLOCATED_STEP
 
 
@@ -123,6 +148,7 @@ class Setup:
     sync_bucket_mb: int = 256
     device_bytes: int = DEVICE_BYTES
     lora_rank: int = 0  # > 0: the policy trains adapters only (gradients and optimizer states of those)
+    vllm_cuda_graph_bytes: int = VLLM_CUDA_GRAPH_BYTES  # 0: the engines run eager (no CUDA graphs)
 
 
 # ---------------------------------------------------------------------- components (bytes on one device)
@@ -182,6 +208,23 @@ def vllm_budget_bytes(s: Setup) -> int:
     return int(s.vllm_gpu_memory_utilization * s.device_bytes)
 
 
+def cuda_context_bytes(processes: int) -> int:
+    """The CUDA contexts of ``processes`` processes on one device (:data:`CUDA_CONTEXT_BYTES` each)."""
+    return processes * CUDA_CONTEXT_BYTES
+
+
+def colocated_processes(s: Setup, phase: Phase) -> int:
+    """Processes whose CUDA contexts sit on one colocated device outside vLLM's budget in ``phase``: one rank of every
+    DeepSpeed role, the engine's actor, and vLLM's worker except while it generates (its context is then inside
+    the budget)."""
+    return len(_roles(s)) + ENGINE_PROCESSES_OUTSIDE_BUDGET + (0 if phase == Phase.GENERATION else 1)
+
+
+def vllm_engine_bytes(s: Setup) -> int:
+    """A started engine's use of one device: its budget plus the contexts of its processes outside the budget."""
+    return vllm_budget_bytes(s) + cuda_context_bytes(ENGINE_PROCESSES_OUTSIDE_BUDGET)
+
+
 # ---------------------------------------------------------------------- phases
 def _roles(s: Setup) -> dict[str, tuple[int, bool, bool]]:
     """role -> (dp size, trains, computes logits)."""
@@ -200,7 +243,8 @@ def colocated_phase_bytes(s: Setup) -> dict[Phase, dict[str, int]]:
 
     Every role's parameter partition stays (``offload_states`` never moves ZeRO-3 parameters); training states of
     the trained roles only in TRAINING; activations of ONE role at a time (forwards and updates are serialised):
-    the largest. vLLM's budget in GENERATION, its weights in SYNC.
+    the largest. vLLM's budget in GENERATION, its weights and CUDA-graph pool in SYNC. Every phase also holds the
+    CUDA contexts outside vLLM's budget (:func:`colocated_processes`).
     """
     roles = _roles(s)
     params = sum(
@@ -217,7 +261,13 @@ def colocated_phase_bytes(s: Setup) -> dict[Phase, dict[str, int]]:
         "vllm_kv_cache": vllm_budget_bytes(s) - vllm_weight_bytes(s),
         "sync_bucket": s.sync_bucket_mb * 2**20 + gather_bytes(s),
     }
-    return {phase: {name: parts[name] for name in sorted(RESIDENT[phase])} for phase in dict.fromkeys(COLOCATED_PHASES)}
+    out = {}
+    for phase in dict.fromkeys(COLOCATED_PHASES):
+        out[phase] = {name: parts[name] for name in sorted(RESIDENT[phase])}
+        if "vllm_weights" in out[phase] and "vllm_kv_cache" not in out[phase]:  # woken for a sync: graphs come too
+            out[phase]["vllm_cuda_graphs"] = s.vllm_cuda_graph_bytes
+        out[phase]["cuda_contexts"] = cuda_context_bytes(colocated_processes(s, phase))
+    return out
 
 
 def split_device_bytes(s: Setup) -> dict[str, dict[str, int]]:
@@ -229,6 +279,7 @@ def split_device_bytes(s: Setup) -> dict[str, dict[str, int]]:
             "params": param_bytes(s, dp, offloaded=not trains and s.ref_offload_params),
             "train_states": train_state_bytes(s, dp, lora=name == "policy") if trains else 0,
             "activations": gather_bytes(s) + activation_bytes(s, trains=trains, logits=logits),
+            "cuda_contexts": cuda_context_bytes(1),  # the rank's process
         }
         if name == "policy":
             out[name]["sync_bucket"] = s.sync_bucket_mb * 2**20
@@ -260,8 +311,10 @@ def fits(s: Setup) -> bool:
 
 def max_colocated_utilization(s: Setup) -> float:
     """The largest ``vllm_gpu_memory_utilization`` that leaves, in GENERATION, room for the roles' parameter
-    partitions and :data:`HEADROOM` (what must stay resident while vLLM wakes)."""
-    resident = colocated_phase_bytes(s)[Phase.GENERATION]["policy_params"]
+    partitions, the CUDA contexts outside vLLM's budget and :data:`HEADROOM` (what must stay resident while vLLM
+    wakes)."""
+    generation = colocated_phase_bytes(s)[Phase.GENERATION]
+    resident = generation["policy_params"] + generation["cuda_contexts"]
     return (s.device_bytes - HEADROOM - resident) / s.device_bytes
 
 
@@ -285,7 +338,8 @@ def format_table(name: str, s: Setup) -> str:
     lines += [
         "",
         f"Peak {peak_bytes(s) / GB:.1f} GB on a {s.device_bytes // GB} GB device, {HEADROOM // GB} GB kept free "
-        f"beside DeepSpeed (none on vLLM-only devices): {verdict}.",
+        f"beside DeepSpeed (none on vLLM-only devices), CUDA contexts at {CUDA_CONTEXT_BYTES / GB:.1f} GB per process: "
+        f"{verdict}.",
     ]
     if s.colocate_all:
         lines.append(f"Largest vllm_gpu_memory_utilization under colocation: {max_colocated_utilization(s):.2f}.")

@@ -47,8 +47,43 @@ def test_colocated_phases_follow_the_state_machine():
     assert list(table) == list(dict.fromkeys(COLOCATED_STEP))
     assert "train_states" in table[Phase.TRAINING] and "vllm_weights" not in table[Phase.TRAINING]
     assert table[Phase.SYNC]["vllm_weights"] == mm.vllm_weight_bytes(s)
-    assert sum(table[Phase.GENERATION].values()) == pytest.approx(
-        0.85 * 80 * GB + table[Phase.GENERATION]["policy_params"]
+    generation = table[Phase.GENERATION]
+    assert sum(generation.values()) == pytest.approx(
+        0.85 * 80 * GB + generation["policy_params"] + generation["cuda_contexts"]
+    )
+
+
+def test_cuda_contexts_are_counted_per_process_in_every_phase():
+    """Colocated: one rank of each role + the engine's actor, + vLLM's worker outside GENERATION (inside the budget
+    while it generates); 0.5 GB each. Split placement: one per role device, none on vLLM-only devices."""
+    assert mm.CUDA_CONTEXT_BYTES == GB // 2
+    s = mm.Setup(model=mm.QWEN25["Qwen/Qwen2.5-7B"], policy_dp=8, critic_dp=8, ref_dp=8)
+    table = mm.colocated_phase_bytes(s)
+    assert table[Phase.GENERATION]["cuda_contexts"] == 4 * mm.CUDA_CONTEXT_BYTES  # policy, critic, ref, engine actor
+    assert table[Phase.TRAINING]["cuda_contexts"] == 5 * mm.CUDA_CONTEXT_BYTES  # + vLLM's sleeping worker
+    assert table[Phase.SYNC]["cuda_contexts"] == 5 * mm.CUDA_CONTEXT_BYTES
+    split = mm.split_device_bytes(dataclasses.replace(s, colocate_all=False))
+    assert split["policy"]["cuda_contexts"] == mm.CUDA_CONTEXT_BYTES and "cuda_contexts" not in split["vllm"]
+    assert mm.vllm_engine_bytes(s) == mm.vllm_budget_bytes(s) + mm.CUDA_CONTEXT_BYTES
+
+
+def test_the_cuda_graph_pool_wakes_with_the_weights_in_sync_only():
+    """vLLM's graph pool is inside its budget while generating, backed up while asleep, and back beside the weights
+    at the SYNC wake (tags=["weights"] wakes every non-deferrable tag too)."""
+    s = mm.Setup(model=mm.QWEN25["Qwen/Qwen2.5-7B"], policy_dp=8)
+    table = mm.colocated_phase_bytes(s)
+    assert table[Phase.SYNC]["vllm_cuda_graphs"] == mm.VLLM_CUDA_GRAPH_BYTES == 3 * GB
+    assert "vllm_cuda_graphs" not in table[Phase.GENERATION] and "vllm_cuda_graphs" not in table[Phase.TRAINING]
+    eager = mm.colocated_phase_bytes(dataclasses.replace(s, vllm_cuda_graph_bytes=0))
+    assert sum(table[Phase.SYNC].values()) - sum(eager[Phase.SYNC].values()) == 3 * GB
+
+
+def test_the_contexts_lower_the_largest_colocated_utilization():
+    s = mm.Setup(model=mm.QWEN25["Qwen/Qwen2.5-7B"], policy_dp=8, critic_dp=8)
+    resident = mm.colocated_phase_bytes(s)[Phase.GENERATION]["policy_params"]
+    without_contexts = (s.device_bytes - mm.HEADROOM - resident) / s.device_bytes
+    assert mm.max_colocated_utilization(s) == pytest.approx(
+        without_contexts - 3 * mm.CUDA_CONTEXT_BYTES / s.device_bytes
     )
 
 
