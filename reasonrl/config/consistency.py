@@ -271,6 +271,19 @@ def _divisors_near(total: int, size: int, count: int = 3) -> str:
     return ", ".join(str(d) for d in sorted(nearest))
 
 
+def _check_sync_transport(cfg: BasePPOExpConfig, cluster_resources=None) -> list[str]:
+    """``sync_transport=broadcast`` under ``colocate_all`` on GPU is refused: the broadcast group would hold policy
+    rank 0 and the engine worker on its GPU as two ranks on one device, which NCCL refuses (duplicate GPU). On CPU
+    (gloo) and under split placement broadcast is fine; ``auto`` picks ``ipc`` there."""
+    if cfg.sync_transport != "broadcast" or not cfg.colocate_all or cfg.resolved_device(cluster_resources) != "gpu":
+        return []
+    return [
+        "sync_transport=broadcast with colocate_all=true on GPU: the broadcast group would hold policy rank 0 and the "
+        "engine worker sharing its GPU as two ranks on one device, which NCCL refuses (duplicate GPU); set "
+        "sync_transport=auto or ipc (CUDA IPC between the processes sharing each GPU), or colocate_all=false"
+    ]
+
+
 def _check_colocation(cfg: BasePPOExpConfig, cluster_resources=None) -> list[str]:
     """``colocate_all`` on GPU: vLLM must sleep (its KV cache would otherwise hold the devices while DeepSpeed
     trains), and ``vllm_gpu_memory_utilization`` must leave room, on an 80 GB device, for what stays resident while

@@ -15,7 +15,13 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reasonrl.config.consistency import _check_algorithm, _check_batches, _check_colocation, _check_lengths
+from reasonrl.config.consistency import (
+    _check_algorithm,
+    _check_batches,
+    _check_colocation,
+    _check_lengths,
+    _check_sync_transport,
+)
 from reasonrl.config.convert import _BadValue, _convert, _type_hints, _type_name
 from reasonrl.config.errors import ConfigError, _close
 from reasonrl.config.model_paths import HUB_ID, MODEL_FIELDS, uncached_hub_note
@@ -73,6 +79,7 @@ def validate_config(
     found[_check_data] = _check_data(cfg, deep=not any(found.values()))
     for check in checks:
         problems += found[check]
+    problems += _check_sync_transport(cfg, cluster_resources)  # the device resolved as the colocation checks do
     if not problems:  # the memory model reads sizes that the checks above vouch for
         problems += _check_colocation(cfg, cluster_resources)
     problems += check_resources(cfg, cluster_resources, nodes, structural_ok=not problems)
