@@ -34,6 +34,12 @@ from reasonrl.utils.hub import local_model_folder
 from reasonrl.utils.worker_logs import install_worker_log_sink
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks
+PREFIX_RESET_WAIT_S = 2.0
+"""How long a sync waits for the engine to go idle when vLLM refuses to reset its prefix cache (requests running)."""
+
+
+class PrefixCacheNotResetError(RuntimeError):
+    """vLLM kept the prefix cache of the old weights after a weight sync (requests still held KV blocks)."""
 
 
 @dataclasses.dataclass
@@ -356,11 +362,38 @@ class VLLMEngine:
         Returns one report per worker (see :meth:`WeightBroadcastReceiver.reasonrl_finish_sync`); the weight syncer
         compares them with what the trainer sent."""
         reports = self.llm.collective_rpc("reasonrl_finish_sync")
-        self.llm.reset_prefix_cache()
+        self.reset_prefix_cache()
         self.reset_image_features()
         if all(set(expected_names) <= set(report["received"]) for report in reports):
             self.residency.loaded_all()
         return reports
+
+    def reset_prefix_cache(self, wait_s: float = PREFIX_RESET_WAIT_S) -> None:
+        """Drop the prefix cache's KV blocks, computed with the old weights, or raise.
+
+        vLLM 0.32's ``LLM.reset_prefix_cache()`` returns False and resets nothing while requests hold KV blocks
+        (``v1/core/block_pool.py`` ``reset_prefix_cache``: "some blocks are not freed yet"); new requests would then
+        reuse blocks of the old weights for every prefix they share, silently. So: retry until the engine is idle
+        (the multiprocess engine core finishes what it runs on its own and frees those blocks; the reset succeeds
+        exactly when no request holds one) for at most ``wait_s``, then raise :class:`PrefixCacheNotResetError`
+        naming the requests still in the engine. A sync must run between rollouts (``pump``'s requests aborted or
+        finished)."""
+        if self.llm.reset_prefix_cache():
+            return
+        deadline = time.perf_counter() + wait_s
+        while time.perf_counter() < deadline:
+            time.sleep(0.05)
+            if self.llm.reset_prefix_cache():
+                logger.debug("reset_prefix_cache: succeeded once the engine was idle")
+                return
+        running = self.llm.llm_engine.get_num_unfinished_requests()
+        pumped = len(getattr(self, "_pumped", {}))
+        raise PrefixCacheNotResetError(
+            f"weight sync: vLLM did not reset its prefix cache ({running} request(s) still in the engine after "
+            f"{wait_s:.1f} s, {pumped} of them pump()'s); their KV blocks, computed with the old weights, "
+            "would be reused by new requests. Sync only between rollouts: finish or abort_pumped() the running "
+            "requests first"
+        )
 
     def reload_groups(self, hf_names: Sequence[str]) -> list[list[str]]:
         """The sent (HF) names that feed each of this engine's modules fed by more than one (worker 0's model;
