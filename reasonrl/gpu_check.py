@@ -35,6 +35,11 @@ A frozen reference and a critic share the GPU too, and every role resolves its a
    every phase prints measured, modelled and their ratio.
    Skipped on CPU.
 
+5. GPU-only sections (:func:`run_sections`, :mod:`reasonrl.distributed.gpu_sections`): ``lora_adapter_sleep`` (two
+   adapter syncs across a level-1 sleep), and on 2+ GPUs ``tp2_ipc`` (TP 2 under colocate_all over CUDA IPC) and
+   ``broadcast_gather`` (the NCCL broadcast group fed by a 2-rank gather); each SKIP, saying why, where its GPUs
+   are missing.
+
 Prints PASS / FAIL per check and exits 1 on any failure, 2 when no CUDA GPU is visible (unless ``--cpu``: the same
 checks on the tiny model on CPU, which the test suite runs).
 """
@@ -439,6 +444,28 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
     return results
 
 
+def run_sections(on_gpu: bool, lr: float = 1e-5) -> list[CheckResult]:
+    """The GPU-only sections (:mod:`reasonrl.distributed.gpu_sections`: a LoRA adapter sync across a level-1 sleep;
+    on 2+ GPUs TP 2 over ``ipc`` and the NCCL broadcast group with a 2-rank gather), each SKIP with its reason where
+    its GPUs are missing. Run after :func:`run_checks` (whose actors are gone by then)."""
+    from reasonrl.distributed.gpu_sections import SectionSkipped, sections
+
+    model_path = None
+    if on_gpu:
+        from reasonrl.models.tiny import tiny_model_path
+
+        model_path = str(tiny_model_path(QWEN2P5_0P5B_SHAPE))
+    results: list[CheckResult] = []
+    for name, check in sections(on_gpu, model_path, lr=lr):
+        try:
+            results.append(CheckResult(name, True, check()))
+        except SectionSkipped as skip:
+            results.append(CheckResult(name, None, str(skip)))
+        except Exception as exc:  # a FAIL line with the reason, and the next section still runs
+            results.append(CheckResult(name, False, f"{type(exc).__name__}: {exc}"))
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m reasonrl.gpu_check",
@@ -459,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     results = run_checks(on_gpu=on_gpu and not args.cpu, lr=args.lr)
+    results += run_sections(on_gpu=on_gpu and not args.cpu, lr=args.lr)
     for result in results:
         print(result.line())
     failed = [r.name for r in results if r.passed is False]
