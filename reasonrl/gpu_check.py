@@ -36,7 +36,8 @@ A frozen reference and a critic share the GPU too, and every role resolves its a
    Skipped on CPU.
 
 5. GPU-only sections (:func:`run_sections`, :mod:`reasonrl.distributed.gpu_sections`): ``lora_adapter_sleep`` (two
-   adapter syncs across a level-1 sleep), and on 2+ GPUs ``tp2_ipc`` (TP 2 under colocate_all over CUDA IPC) and
+   adapter syncs across a level-1 sleep), ``vision_sync`` (a VLM synced in small buckets, then engine and trainer
+   on the probe picture), and on 2+ GPUs ``tp2_ipc`` (TP 2 under colocate_all over CUDA IPC) and
    ``broadcast_gather`` (the NCCL broadcast group fed by a 2-rank gather); each SKIP, saying why, where its GPUs
    are missing.
 
@@ -445,9 +446,10 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
 
 
 def run_sections(on_gpu: bool, lr: float = 1e-5) -> list[CheckResult]:
-    """The GPU-only sections (:mod:`reasonrl.distributed.gpu_sections`: a LoRA adapter sync across a level-1 sleep;
-    on 2+ GPUs TP 2 over ``ipc`` and the NCCL broadcast group with a 2-rank gather), each SKIP with its reason where
-    its GPUs are missing. Run after :func:`run_checks` (whose actors are gone by then)."""
+    """The GPU-only sections (:mod:`reasonrl.distributed.gpu_sections`): a LoRA adapter sync across a level-1
+    sleep, a VLM sync with the probe picture, and on 2+ GPUs TP 2 over ``ipc`` and the NCCL broadcast group with a
+    2-rank gather; each SKIP with its reason where its GPUs are missing. Run after :func:`run_checks` (whose actors
+    are gone by then)."""
     from reasonrl.distributed.gpu_sections import SectionSkipped, sections
 
     model_path = None

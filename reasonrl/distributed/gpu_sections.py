@@ -6,6 +6,10 @@ short rollouts, two verified syncs per section.
   adapter syncs across a level-1 sleep: the first adapter's probe log-probs survive the sleep (vLLM keeps LoRA slots
   in the "weights" pool a level-1 sleep backs up: ``v1/worker/gpu_worker.py`` ~587-592), the second registers as
   version 2 (``list_loras``) and the probe moves as the trainer's does (``AdapterSyncer``'s differential check).
+* ``vision_sync`` (1 GPU): a vision-language policy (the tiny Idefics3, random weights) synced over CUDA IPC in
+  small buckets (every bucket ends between the engine's reload units, vision blocks included), checked exactly;
+  then the probe picture: the engine samples on a picture with log-probs and the trainer scores the same tokens on
+  the same picture, within the agreement bound (a vision tower loaded in part would be uninitialised memory).
 * ``tp2_ipc`` (2 GPUs): ``colocate_all`` with a 2-rank policy and one engine at tensor-parallel size 2, both syncs
   over CUDA IPC (each vLLM worker rebuilds its own policy rank's bucket; a GPU mismatch is refused by the handles'
   device UUID), checked exactly and by the probe.
@@ -13,7 +17,7 @@ short rollouts, two verified syncs per section.
   GPU) gathers every bucket to rank 0 (the multi-rank gather), which broadcasts it to an engine on the other GPU
   (no GPU holds two ranks of the group), checked exactly and by the probe.
 
-Not here yet: a vision-language sync with a picture in the probe (the probe is text-only in this tree).
+The weight-sync probe itself stays text-only (``WeightSyncer``): ``vision_sync`` adds the picture beside it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,13 @@ from typing import Any
 
 PROBE_TOKENS = 48
 ENGINE_SHARE = 0.3  # gpu_memory_utilization of each section's engine
-SECTIONS: tuple[tuple[str, int], ...] = (("lora_adapter_sleep", 1), ("tp2_ipc", 2), ("broadcast_gather", 2))
+AGREEMENT_BOUND = 1.0  # nats, bf16 engine vs trainer on identical weights (gpu_check's bound)
+SECTIONS: tuple[tuple[str, int], ...] = (
+    ("lora_adapter_sleep", 1),
+    ("vision_sync", 1),
+    ("tp2_ipc", 2),
+    ("broadcast_gather", 2),
+)
 """(name, GPUs needed) of every section, in the order they run."""
 
 
@@ -51,7 +61,12 @@ def sections(on_gpu: bool, model_path: str | None, lr: float = 1e-5) -> list[tup
     """``(name, check)`` per section; a check raises :class:`SectionSkipped` where its GPUs are missing and starts
     (or restarts) Ray with every visible GPU when it needs more than the running instance has."""
     visible = visible_gpus() if on_gpu else 0
-    bodies = {"lora_adapter_sleep": _lora_adapter_sleep, "tp2_ipc": _tp2_ipc, "broadcast_gather": _broadcast_gather}
+    bodies = {
+        "lora_adapter_sleep": _lora_adapter_sleep,
+        "vision_sync": _vision_sync,
+        "tp2_ipc": _tp2_ipc,
+        "broadcast_gather": _broadcast_gather,
+    }
 
     def check(name: str, needed: int) -> Callable[[], str]:
         def run() -> str:
@@ -227,6 +242,84 @@ def _lora_adapter_sleep(run: _Run) -> str:
         _shutdown([engine], [policy])
 
 
+def _pinned(pg, bundle: int) -> dict:
+    """Actor options of one GPU share in bundle ``bundle`` of ``pg`` (processes that must share a GPU: CUDA IPC)."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    strategy = PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle)
+    return {"num_cpus": 1, "num_gpus": 0.4, "runtime_env": {"env_vars": _env()}, "scheduling_strategy": strategy}
+
+
+def _vision_sync(run: _Run) -> str:
+    import numpy as np
+    import ray
+    from ray.util.placement_group import placement_group
+
+    from reasonrl.distributed.ppo_workers import PolicyWorker
+    from reasonrl.distributed.vllm_engine import SamplingConfig, create_vllm_engines
+    from reasonrl.distributed.weight_sync import WeightSyncer
+    from reasonrl.distributed.worker_group import WorkerGroup
+    from reasonrl.models.tiny_vlm import tiny_vlm_path
+    from reasonrl.models.vision import image_placeholder, load_processor
+
+    path = str(tiny_vlm_path())
+    processor = load_processor(path)
+    picture = np.random.default_rng(run.seed).integers(0, 256, (56, 56, 3), dtype=np.uint8)
+    prompt = [
+        int(t)
+        for t in processor(text=[f"{image_placeholder(processor)}what is it"], images=[[picture]])["input_ids"][0]
+    ]
+    probe = [int(t) for t in processor.tokenizer("the weight sync probe: one plus one is two")["input_ids"]]
+    pg = placement_group([{"GPU": 1, "CPU": 2}])  # one GPU for both: CUDA IPC needs the same device
+    ray.get(pg.ready(), timeout=120)
+    engines, policy = [], None
+    try:
+        engines = create_vllm_engines(
+            1,
+            path,
+            placement_group=pg,
+            bundle_indices=[0],
+            num_cpus=1,
+            num_gpus=0.4,
+            env=_env(),
+            dtype="bfloat16",
+            max_model_len=256,
+            gpu_memory_utilization=ENGINE_SHARE,
+            max_images_per_prompt=1,
+        )
+        ray.get([e.ready.remote() for e in engines], timeout=600)
+        policy = WorkerGroup(PolicyWorker, _Share(lambda r: _pinned(pg, 0), 1), timeout_s=600)
+        policy.call("setup", _worker_config(_Run(model_path=path, lr=run.lr, seed=run.seed)))
+        syncer = WeightSyncer(
+            policy,
+            engines,
+            bucket_bytes=256 * 2**10,
+            tol=0.1,
+            exact=False,
+            transport="ipc",
+            verify_with="trainer_forward",
+            device="gpu",
+        )
+        report = syncer.run(probe)
+        sampling = SamplingConfig(n=2, temperature=1.0, max_tokens=16, seed=run.seed, logprobs=True)
+        rollout = ray.get(engines[0].generate.remote([prompt], sampling, [[picture]]))
+        samples = [(c.prompt_token_ids, c.token_ids) for c in rollout]
+        scored = policy.call_sharded("compute_logprobs", [samples], 1.0, False, [[picture]] * len(samples))[0][0]
+        diff = max(
+            abs(float(scored[i][t]) - c.logprobs[t]) for i, c in enumerate(rollout) for t in range(len(c.token_ids))
+        )
+        if not diff < AGREEMENT_BOUND:
+            raise AssertionError(f"on the probe picture max |vLLM - DeepSpeed| = {diff:.3g} nats >= {AGREEMENT_BOUND}")
+        return (
+            f"{report.num_buckets} buckets over ipc, {report.params_checked} parameters checked exactly; on the "
+            f"probe picture max |vLLM - DeepSpeed| {diff:.3g} nats over {sum(len(c.token_ids) for c in rollout)} "
+            "sampled tokens"
+        )
+    finally:
+        _shutdown(engines, [policy])
+        ray.util.remove_placement_group(pg)
+
+
 def _tp2_ipc(run: _Run) -> str:
     import ray
 
@@ -273,7 +366,6 @@ def _tp2_ipc(run: _Run) -> str:
 def _broadcast_gather(run: _Run) -> str:
     import ray
     from ray.util.placement_group import placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from reasonrl.distributed.ppo_workers import PolicyWorker
     from reasonrl.distributed.vllm_engine import create_vllm_engines
@@ -299,18 +391,7 @@ def _broadcast_gather(run: _Run) -> str:
             gpu_memory_utilization=ENGINE_SHARE,
         )
         ray.get([e.ready.remote() for e in engines], timeout=600)
-        share = _Share(
-            lambda r: {
-                "num_cpus": 1,
-                "num_gpus": 0.4,
-                "runtime_env": {"env_vars": _env()},
-                "scheduling_strategy": PlacementGroupSchedulingStrategy(
-                    placement_group=pg, placement_group_bundle_index=r
-                ),
-            },
-            2,
-        )
-        policy = WorkerGroup(PolicyWorker, share, timeout_s=600)
+        policy = WorkerGroup(PolicyWorker, _Share(lambda r: _pinned(pg, r), 2), timeout_s=600)
         policy.call("setup", _worker_config(run))
         syncer = WeightSyncer(
             policy,

@@ -1,6 +1,7 @@
-"""The GPU-only sections of ``python -m reasonrl.gpu_check`` (issue 39 item 8): on CPU every one reports SKIP with its
-reason, without starting Ray or building a model; on a GPU host (``gpu`` marker) they run, each PASS or SKIP (the
-2-GPU ones on a 1-GPU host)."""
+"""The GPU-only sections of ``python -m reasonrl.gpu_check`` (issue 39 item 8: LoRA across a level-1 sleep, a VLM
+sync with the probe picture, TP 2 over ipc, the NCCL broadcast group with a 2-rank gather). On CPU every one reports
+SKIP with its reason, without starting Ray or building a model; on a GPU host (``gpu`` marker) they run, each PASS
+or SKIP (the 2-GPU ones on a 1-GPU host)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,13 @@ def test_skip_reasons_name_what_is_missing():
     assert gpu_sections.skip_reason(1, on_gpu=True, visible=1) is None
 
 
-def test_the_sections_are_the_lora_tp2_and_broadcast_checks():
-    assert gpu_sections.SECTIONS == (("lora_adapter_sleep", 1), ("tp2_ipc", 2), ("broadcast_gather", 2))
+def test_the_sections_are_the_lora_vision_tp2_and_broadcast_checks():
+    assert gpu_sections.SECTIONS == (
+        ("lora_adapter_sleep", 1),
+        ("vision_sync", 1),
+        ("tp2_ipc", 2),
+        ("broadcast_gather", 2),
+    )
 
 
 def test_on_cpu_every_section_says_skip_and_why_without_starting_ray(monkeypatch):
@@ -28,7 +34,7 @@ def test_on_cpu_every_section_says_skip_and_why_without_starting_ray(monkeypatch
     results = gpu_check.run_sections(on_gpu=False)
     assert [r.name for r in results] == [name for name, _ in gpu_sections.SECTIONS]
     assert all(r.passed is None and "GPU-only" in r.detail for r in results), [r.line() for r in results]
-    assert results[1].line() == "[SKIP] tp2_ipc: GPU-only (no CUDA device, or --cpu)"
+    assert results[2].line() == "[SKIP] tp2_ipc: GPU-only (no CUDA device, or --cpu)"
 
 
 def test_a_one_gpu_host_skips_the_two_gpu_sections_saying_so(monkeypatch):
@@ -52,4 +58,4 @@ def test_a_failing_section_is_a_fail_line_and_the_next_still_runs(monkeypatch):
 def test_the_sections_pass_or_skip_on_a_gpu_host():
     results = gpu_check.run_sections(on_gpu=True)
     assert all(r.passed is not False for r in results), [r.line() for r in results]
-    assert results[0].passed  # lora_adapter_sleep needs one GPU
+    assert results[0].passed and results[1].passed  # lora_adapter_sleep and vision_sync need one GPU
