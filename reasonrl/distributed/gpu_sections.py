@@ -26,6 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+DEVICE = "gpu"
+"""Where the sections' actors run. Only tests change it ("cpu" with fake GPU resources: a dry run of the code path,
+not of the GPU)."""
 PROBE_TOKENS = 48
 ENGINE_SHARE = 0.3  # gpu_memory_utilization of each section's engine
 AGREEMENT_BOUND = 1.0  # nats, bf16 engine vs trainer on identical weights (gpu_check's bound)
@@ -113,7 +116,7 @@ def _ray_with_gpus(needed: int, visible: int) -> None:
 def _env() -> dict[str, str]:
     from reasonrl.distributed.platform import DEVICE_ENV_VAR
 
-    return {DEVICE_ENV_VAR: "gpu"}
+    return {DEVICE_ENV_VAR: DEVICE}
 
 
 def _worker_config(run: _Run, **extra: Any):
@@ -265,10 +268,8 @@ def _vision_sync(run: _Run) -> str:
     path = str(tiny_vlm_path())
     processor = load_processor(path)
     picture = np.random.default_rng(run.seed).integers(0, 256, (56, 56, 3), dtype=np.uint8)
-    prompt = [
-        int(t)
-        for t in processor(text=[f"{image_placeholder(processor)}what is it"], images=[[picture]])["input_ids"][0]
-    ]
+    # one placeholder, as the rollout writes it (loop/generation.py encode): vLLM expands it into the image tokens
+    prompt = processor.tokenizer(f"{image_placeholder(processor)}what is it", add_special_tokens=False).input_ids
     probe = [int(t) for t in processor.tokenizer("the weight sync probe: one plus one is two")["input_ids"]]
     pg = placement_group([{"GPU": 1, "CPU": 2}])  # one GPU for both: CUDA IPC needs the same device
     ray.get(pg.ready(), timeout=120)
@@ -298,12 +299,12 @@ def _vision_sync(run: _Run) -> str:
             exact=False,
             transport="ipc",
             verify_with="trainer_forward",
-            device="gpu",
+            device=DEVICE,
         )
         report = syncer.run(probe)
         sampling = SamplingConfig(n=2, temperature=1.0, max_tokens=16, seed=run.seed, logprobs=True)
         rollout = ray.get(engines[0].generate.remote([prompt], sampling, [[picture]]))
-        samples = [(c.prompt_token_ids, c.token_ids) for c in rollout]
+        samples = [(c.prompt_token_ids, c.token_ids) for c in rollout]  # image tokens as vLLM expanded them
         scored = policy.call_sharded("compute_logprobs", [samples], 1.0, False, [[picture]] * len(samples))[0][0]
         diff = max(
             abs(float(scored[i][t]) - c.logprobs[t]) for i, c in enumerate(rollout) for t in range(len(c.token_ids))
@@ -332,7 +333,7 @@ def _tp2_ipc(run: _Run) -> str:
 
     probe, prompts = _probe_and_prompts(run.seed)
     plan = build_placement(
-        {"policy": RoleResources(1, 2), "vllm": VLLMResources(1, 2)}, colocate_all=True, device="gpu"
+        {"policy": RoleResources(1, 2), "vllm": VLLMResources(1, 2)}, colocate_all=True, device=DEVICE
     )
     engines, policy = [], None
     try:
@@ -356,7 +357,7 @@ def _tp2_ipc(run: _Run) -> str:
             exact=False,
             transport="ipc",
             verify_with="trainer_forward",
-            device="gpu",
+            device=DEVICE,
         )
         return "TP 2, 2 policy ranks: " + _synced_twice(syncer, policy, engines[0], probe, prompts, run.seed)
     finally:
@@ -401,7 +402,7 @@ def _broadcast_gather(run: _Run) -> str:
             exact=False,
             transport="broadcast",
             verify_with="trainer_forward",
-            device="gpu",
+            device=DEVICE,
         )
         return "NCCL, 2-rank gather to rank 0: " + _synced_twice(syncer, policy, engines[0], probe, prompts, run.seed)
     finally:
