@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from loguru import logger
+
 DEVICE = "gpu"
 """Where the sections' actors run. Only tests change it ("cpu" with fake GPU resources: a dry run of the code path,
 not of the GPU)."""
@@ -168,6 +170,8 @@ def _shutdown(engines, groups, plan=None) -> None:
     for engine in engines:
         try:
             ray.get(engine.shutdown.remote(), timeout=120)
+        except Exception as exc:  # noqa: BLE001 - a dead engine: the section's own error is the one to report
+            logger.warning(f"gpu_check section cleanup: engine shutdown failed: {exc}")
         finally:
             ray.kill(engine)
     if plan is not None:
@@ -404,7 +408,9 @@ def _broadcast_gather(run: _Run) -> str:
             verify_with="trainer_forward",
             device=DEVICE,
         )
-        return "NCCL, 2-rank gather to rank 0: " + _synced_twice(syncer, policy, engines[0], probe, prompts, run.seed)
+        return f"{syncer.backend}, 2-rank gather to rank 0: " + _synced_twice(
+            syncer, policy, engines[0], probe, prompts, run.seed
+        )
     finally:
         _shutdown(engines, [policy])
         ray.util.remove_placement_group(pg)
