@@ -113,31 +113,67 @@ def _max_abs(values: Iterable[float]) -> float:
     return float("nan") if any(v != v for v in values) else max(values, default=0.0)
 
 
+def _rms(values: Sequence[float]) -> float:
+    """Root mean square; NaN propagates."""
+    return (sum(v * v for v in values) / len(values)) ** 0.5 if values else 0.0
+
+
 @dataclass
 class DifferentialProbe:
     """Verifies each sync by the *change* of the probe log-probs across it, not their absolute agreement.
 
     In bf16 the engine and the trainer disagree on identical weights by more than one optimizer step moves the probe
     (different attention kernels and reduction orders: ~0.2-0.3 nats on a real probe vs ~0.004 for one AdamW step at
-    lr 1e-6), so an absolute tolerance either fails a correct sync or passes a missed one. Both sides' kernels are
-    deterministic, though, so across a sync:
+    lr 1e-6), and that disagreement need not stay the same when the weights move (a step flips bf16 roundings on
+    either side). The exact check (fingerprints) proves the load; this one must never fail a correct sync and still
+    see a wrong or skipped one. The first call calibrates: ``disagreement``, the largest |engine - trainer| on
+    identical weights, and ``repeat_noise``, the engine's run-to-run spread. After each later sync, per engine:
 
-    * a missed sync leaves the engine's probe log-probs unchanged (within ``repeat_noise``, the engine's run-to-run
-      spread measured at the first check) while the trainer's moved -> :class:`WeightSyncError`;
-    * a wrong load moves the engine differently from the trainer: ``max |engine change - trainer change| > tol``
-      -> :class:`WeightSyncError`.
+    * **wrong load**: ``max |engine change - trainer change| > token_tol``. Per token that difference is the change
+      of the disagreement, at most ``|d_before| + |d_after|``; ``token_tol = max(tol, (1 + DRIFT) * disagreement +
+      repeat_noise)`` passes every correct sync whose disagreement stays within ``DRIFT`` (3) times the first
+      sync's largest, on every token;
+    * **missed sync**: the engine did not change (``<= repeat_noise``) while the trainer moved;
+    * **skipped update** (part of the update not loaded, e.g. a bucket): a statistic over the tokens, the root mean
+      square of ``engine change - trainer change``, which a correct sync keeps within the disagreement's own RMS
+      (that RMS over the probe is a property of the kernels, far steadier than any one token):
+      ``rms_tol = max(RMS_FLOOR * tol, (1 + DRIFT) * rms(first disagreement) + repeat_noise)``. A skipped bucket
+      shows once its share of the update exceeds that budget; an update smaller than the kernel noise cannot be
+      judged by any probe, and is not (the exact check names the bucket).
+
+    A regression of one side's change on the other's is no test here: at lr 1e-6 both sides' changes are mostly
+    their own bf16 rounding (a step flips few weights; each side's kernels turn the flips into different roundings),
+    so the slope is biased toward 0 on a correct sync (measured on the tiny model: slope ~0 +- 0.15).
 
     With ``exact`` (fp32, where both sides agree to ~1e-5) the absolute check of :func:`check_probe` replaces the
-    change comparison (the missed-sync check stays). The first call only calibrates (and, in bf16, rejects a
-    disagreement above ``sanity_tol``: wholly wrong weights).
+    change comparison (the missed-sync check stays). In bf16 every call also rejects an absolute disagreement above
+    ``sanity_tol`` (wholly wrong weights).
     """
+
+    DRIFT = 3.0
+    RMS_FLOOR = 0.1
 
     tol: float
     exact: bool
     sanity_tol: float = 1.0
     repeat_noise: float = 0.0
+    disagreement: float = 0.0
+    rms_disagreement: float = 0.0
     prev_engine: list[list[float]] | None = None
     prev_trainer: list[float] | None = None
+    last: dict[str, float] = field(default_factory=dict)  # the last check's statistics (logs, benchmarks)
+
+    @property
+    def token_tol(self) -> float:
+        """The per-token tolerance of ``|engine change - trainer change|`` (``tol`` with ``exact``)."""
+        if self.exact:
+            return self.tol
+        return max(self.tol, (1.0 + self.DRIFT) * self.disagreement + self.repeat_noise)
+
+    @property
+    def rms_tol(self) -> float:
+        """The tolerance of the RMS over the probe tokens of ``engine change - trainer change`` (bf16)."""
+        return max(self.RMS_FLOOR * self.tol, (1.0 + self.DRIFT) * self.rms_disagreement + self.repeat_noise)
 
     def check(
         self,
@@ -161,13 +197,19 @@ class DifferentialProbe:
                     ),
                     default=0.0,
                 )
+            self.disagreement = absolute
+            self.rms_disagreement = max(
+                (_rms([a - b for a, b in zip(e, trainer, strict=True)]) for e in engine), default=0.0
+            )
             worst = absolute
+            self.last = {"absolute": absolute, "disagreement": absolute, "repeat_noise": self.repeat_noise}
         else:
             if len(self.prev_engine) != len(engine):
                 raise WeightSyncError(f"{len(engine)} engines answered the probe, {len(self.prev_engine)} before")
             d_trainer = [a - b for a, b in zip(trainer, self.prev_trainer, strict=True)]
             trainer_move = _max_abs(d_trainer)
-            worst = 0.0
+            worst, tol, rms_tol = 0.0, self.token_tol, self.rms_tol
+            self.last = {"absolute": absolute, "token_tol": tol, "rms_tol": rms_tol, "trainer_move": trainer_move}
             for i, (now, before) in enumerate(zip(engine, self.prev_engine, strict=True)):
                 d_engine = [a - b for a, b in zip(now, before, strict=True)]
                 if trainer_move > self.repeat_noise and not _max_abs(d_engine) > self.repeat_noise:
@@ -177,14 +219,27 @@ class DifferentialProbe:
                         "load the new weights."
                     )
                 diff = _max_abs(a - b for a, b in zip(d_engine, d_trainer, strict=True))
+                self.last[f"diff_{i}"] = diff
                 if self.exact:  # the absolute check above already bounds both sides; a change may differ by 2 tol
                     worst = max(worst, absolute)
                     continue
-                if not diff <= self.tol:  # also catches NaN
+                if not diff <= tol:  # also catches NaN
                     raise WeightSyncError(
                         f"engine {i} changed differently from the trainer across the weight sync: max |engine change "
-                        f"- trainer change| = {diff:.3g} > tolerance {self.tol:.3g}. It loaded wrong weights."
+                        f"- trainer change| = {diff:.3g} > tolerance {tol:.3g} (tol {self.tol:.3g}, or "
+                        f"{1 + self.DRIFT:g} x the first sync's disagreement {self.disagreement:.3g}). It loaded "
+                        "wrong weights."
+                    )
+                rms = _rms([a - b for a, b in zip(d_engine, d_trainer, strict=True)])
+                self.last[f"rms_{i}"] = rms
+                if not rms <= rms_tol:  # also catches NaN
+                    raise WeightSyncError(
+                        f"engine {i} did not follow the trainer across the weight sync: RMS over the probe's "
+                        f"{len(d_trainer)} tokens of |engine change - trainer change| = {rms:.3g} > {rms_tol:.3g} "
+                        f"({1 + self.DRIFT:g} x the first sync's RMS disagreement {self.rms_disagreement:.3g}). It "
+                        "missed part of the update (a bucket not loaded) or loaded wrong weights."
                     )
                 worst = max(worst, diff)
+            self.last["worst"] = worst
         self.prev_engine, self.prev_trainer = engine, trainer
         return worst
