@@ -97,6 +97,13 @@ def reference(tmp_path_factory) -> dict[int, dict]:
 
 
 def assert_same_metrics(want: dict[int, dict], got: dict[int, dict]) -> None:
+    """Equal by construction, on any CPU: every run here is the same recipe on this machine with the same
+    environment (bundles, OpenMP threads, kernels), and a resumed step replays the uninterrupted run's computations in
+    the same shapes: the same prompts and seeds (sampler and RNG state restored), all of a step's requests added to
+    an idle engine at once (the same engine batches), the same micro-batches on the same ranks (deterministic gloo
+    reductions). What differs from run to run is left out (``RUN_TO_RUN_PREFIXES``: timings, and the float noise
+    between the engine's and the trainer's kernels). rel 1e-6 is slack, not noise: a resume that changes anything
+    (a sample, the LR, an optimizer moment) moves these metrics by far more, as the weights change every step."""
     assert sorted(got) == sorted(want)
     for step in want:
         assert want[step].keys() == got[step].keys(), step
