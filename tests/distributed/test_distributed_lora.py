@@ -1,7 +1,13 @@
 """LoRA on the real stack: a 2-rank ZeRO-3 policy with PEFT adapters over gloo. Its reference (the adapter switched
 off) is the base model, before and after training; an update trains the adapters only; the merged weight sync
 (W + s*B@A per bucket, base names) passes the exact check and the probe, and the engine then scores like the
-adapted policy; the HF export is the merged model under the base names, and the adapter saved alone loads with PEFT."""
+adapted policy; the HF export is the merged model under the base names, and the adapter saved alone loads with PEFT.
+
+The log-prob comparisons use 1e-4, the weight sync's float32 tolerance: ZeRO-3 ranks, the vLLM engine (its own CPU
+kernels, picked from the CPU's flags) and plain transformers are separate implementations of the same float32 model
+on other shapes (measured 1e-6 to 5e-5: tests/distributed/test_distributed_ppo_workers.py, test_vision_run.py); a
+trained adapter moves these log-probs by more than 1e-3 (asserted), a missing or unmerged one by far more.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,18 @@
 """PPO roles on the real stack: 2-rank ZeRO-3 policy / reference / critic / reward model over gloo, and weight sync
-from the trained policy into the session's vLLM engine (verified by the probe and by sampled-token log-probs)."""
+from the trained policy into the session's vLLM engine (verified by the probe and by sampled-token log-probs).
+
+Tolerances (float32 throughout), each against results computed another way:
+
+* ZeRO-3 ranks vs plain transformers, atol 1e-5: the same model on other shapes (shards, padded or packed rows,
+  micro-batches) sums in another order; measured 1.4e-6 (log-probs up to |8|), 4.5e-8 (values), 2.8e-7 (reward
+  scores). A sample scored on another sample's row, or a shifted position, is off by 0.1 and more.
+* the vLLM engine vs the trainer, 1e-4 (the weight sync's own float32 tolerance): two implementations of the model
+  (vLLM's CPU kernels, picked from the CPU's flags, and prepacked oneDNN linears, vs torch's); measured 9.5e-7 here,
+  up to 5e-5 on image prompts (tests/loop/test_vision_run.py). One update moves these log-probs by more than 1e-3
+  (asserted each time), a missed tensor by far more.
+* the update with reused log-probs vs a separate old forward, rel 1e-6 / atol 1e-6: the same forward in the same
+  shapes on twin single-rank groups, measured bit-equal; a stale or missing old log-prob changes ratio and loss.
+"""
 
 from __future__ import annotations
 

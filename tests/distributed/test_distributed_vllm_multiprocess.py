@@ -6,6 +6,9 @@ each bucket as the raw bytes of its flat buffers to a function that runs in the 
 actor in that mode (the test session's Ray cluster) and checks generation and a bucketed weight sync against
 transformers, by both transports; the last test shuts it down and finds none of its processes or /dev/shm ring
 buffers left (the leak-prone mode: an engine core and a worker process per engine).
+
+vLLM vs transformers at 1e-4 (the weight sync's float32 tolerance): separate implementations of the same float32
+model (vLLM's CPU kernels are picked from the CPU's flags); measured 9.5e-7, while the sync moves the probe by 1.7.
 """
 
 from __future__ import annotations
