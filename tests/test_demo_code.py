@@ -54,7 +54,10 @@ def test_code_warm_start_has_room_to_improve(warm_start, heldout):
 def test_grpo_improves_heldout_pass_rate(warm_start, heldout, short_grpo_demo):
     result = short_grpo_demo("code", STEPS, MARGIN, "pass rate")
     assert result.mean_reward_seconds > 0  # time/reward was logged: the sandbox ran every step
-    # The trainer's number (vLLM greedy, CodeScorer) agrees with transformers greedy + check_programs.
+    # The trainer's number (vLLM greedy, CodeScorer) agrees with transformers greedy + check_programs. Two float32
+    # implementations: a program differs only where a token's top two logits tie within their rounding, so abs 0.02
+    # (4 of 200 tasks) absorbs such flips; measured 0 of 200 programs differ. A stale export (the warm start) is
+    # >= MARGIN = 0.05 away by the learning assertion, and a broken one changes most programs.
     assert greedy_pass_rate(result.final_model, heldout) == pytest.approx(result.heldout_after, abs=0.02)
 
 
