@@ -159,10 +159,24 @@ def main(out_dir: str, model_dir: str) -> None:
 
     # backward(is_last)/step: an update from two half micro-batches equals one from the full batch. ZeRO-2 is the
     # discriminating case: without the boundary marking it drops the first micro-batch's gradient (ZeRO-3 does not).
+    # The weights are compared as updates: Adam's first steps move an entry by about lr * g / (|g| + eps), so an
+    # entry whose gradient is rounding-level (~eps) moves by anything up to lr, and which entries those are follows
+    # the float order (measured: max |diff| up to 4e-6 with MKL's AVX-512 kernels, 1.7e-4 with MKL limited to AVX2).
+    # So besides the largest difference: the difference of the whole update relative to its size, and the share of
+    # entries off by more than lr / 2; the same two numbers for the failure they guard (the first micro-batch's
+    # gradient dropped, what ZeRO-2 did without the boundary marking), emulated on ZeRO-0.
+    def update_gap(p0, want, got) -> dict:
+        diff2 = sum(float(((got[k] - want[k]).double() ** 2).sum()) for k in want)
+        size2 = sum(float(((want[k] - p0[k]).double() ** 2).sum()) for k in want)
+        off = sum(int(((got[k] - want[k]).abs() > 0.5 * base_lr).sum()) for k in want)
+        return {"rel": (diff2 / size2) ** 0.5, "frac_off": off / sum(t.numel() for t in want.values())}
+
     for stage in (0, 2, 3):  # ZeRO-0: the grad norm is ours (DeepSpeed keeps none there)
         cfg_s = ds_config.build_ds_config(zero_stage=stage, micro_batch_size_per_rank=4, world_size=1, grad_clip=1.0)
         engine_f, hf_keep_f = train_engine(cfg_s, gradient_checkpointing=False)
         engine_g, hf_keep_g = train_engine(cfg_s, gradient_checkpointing=False)
+        p0 = ds.gather_full_state_dict(engine_g.module)  # both start from the model folder
+        engine_h, hf_keep_h = train_engine(cfg_s, gradient_checkpointing=False) if stage == 0 else (None, None)
         norms, lrs = {"split": [], "full": []}, []
         for k in range(2):
             ids, _ = batch(10 + k)
@@ -175,16 +189,22 @@ def main(out_dir: str, model_dir: str) -> None:
             ds.backward(engine_g, lm_loss(engine_g, ids, full_mask))
             ds.step(engine_g)
             norms["full"].append(ds.grad_norm(engine_g))
+            if engine_h is not None:  # the bug: only the second micro-batch's gradient reaches the step
+                ds.backward(engine_h, lm_loss(engine_h, ids[2:4], full_mask[2:4]) * 0.5)
+                ds.step(engine_h)
         pf, pg = ds.gather_full_state_dict(engine_f.module), ds.gather_full_state_dict(engine_g.module)
+        if engine_h is not None:
+            result["accum_dropped_first"] = update_gap(p0, pg, ds.gather_full_state_dict(engine_h.module))
         result[f"accum_z{stage}"] = {
             "max_param_diff": max(float((pf[k] - pg[k]).abs().max()) for k in pf),
+            "update_gap": update_gap(p0, pg, pf),
             "grad_norms": norms,
             "step_lrs": lrs,
             "global_steps": engine_f.global_steps,
             "next_lr": ds.current_lr(engine_f),
             "partitioned": list(dict(engine_f.module.named_parameters())["lm_head.weight"].shape) == [0],
         }
-        del engine_f, engine_g, hf_keep_f, hf_keep_g
+        del engine_f, engine_g, engine_h, hf_keep_f, hf_keep_g, hf_keep_h
     t = lap("micro_batch_accumulation", t)
 
     # Reference run without offload/reload and without gradient checkpointing: same first 3 losses.

@@ -1,7 +1,10 @@
 """The DeepSpeed adapter on a real ZeRO-3 engine (1 rank, gloo), run in a subprocess (``ds_adapter_probe.py``).
 
 One probe run trains, checkpoints, resumes, gathers, exports and runs a frozen engine; each test below checks one
-property of its ``result.json``. Exact equalities hold because everything is fp32 on one rank.
+property of its ``result.json``. Exact equalities hold because everything is fp32 on one rank, in one process: a
+resumed engine, a reference run and a parameters-only load replay the same float operations in the same shapes with
+the same threads and kernels (whatever the CPU), so they are compared bit for bit. Results computed another way are
+compared at a tolerance stated where they are.
 """
 
 from __future__ import annotations
@@ -70,19 +73,37 @@ def test_manual_accumulation_boundary_equals_one_big_batch(probe, stage):
     acc = probe[f"accum_z{stage}"]
     assert acc["partitioned"] == (stage == 3), "a ZeRO-2 model must load unpartitioned next to ZeRO-3 ones"
     norms = acc["grad_norms"]
+    # two half micro-batches vs one: the gradient summed in another order (measured at most 1e-7 relative); a dropped
+    # micro-batch halves the norm
     assert norms["split"] == pytest.approx(norms["full"], rel=1e-6) and all(n > 0 for n in norms["split"])
-    # Adam divides by sqrt(v): rounding-level gradient differences move near-zero-gradient entries by up to ~1e-5.
-    # A wrong accumulation (ZeRO-2 dropping the first micro-batch) moves them by about 2 LR (~2e-3).
-    assert acc["max_param_diff"] < 5e-5
+    # The weights after two steps, compared as updates. Adam moves an entry by about lr * g / (|g| + eps): where the
+    # gradient is rounding-level the entry moves by anything up to lr, and the float order (the CPU's kernels)
+    # decides which entries those are. The largest difference is therefore not a CPU-independent verdict: measured
+    # 1.4e-6 to 4e-6 with MKL's AVX-512 kernels (also with torch and oneDNN limited to AVX2 and one thread), 1e-4 to
+    # 1.7e-4 with MKL limited to AVX2 too (MKL_ENABLE_INSTRUCTIONS=AVX2; the old bound 5e-5 failed there). The whole
+    # update's difference, relative to its size, measured 2e-6 to 4e-6 and 7e-5 to 1.3e-4, with no entry off by
+    # lr / 2; the failure it guards (the first micro-batch's gradient dropped, emulated in the probe on ZeRO-0) gives
+    # 0.92 with a third of the entries off by lr / 2. Bounds: 1e-2 and 1e-3.
+    gap, dropped = acc["update_gap"], probe["accum_dropped_first"]
+    print(f"ZeRO-{stage}: split vs one batch {gap}, max |diff| {acc['max_param_diff']:.2e}; dropped first {dropped}")
+    assert gap["rel"] < 1e-2 and gap["frac_off"] < 1e-3, gap
+    assert dropped["rel"] > 0.1 and dropped["frac_off"] > 1e-2, dropped  # the bound would see the bug
     assert acc["global_steps"] == 2, "one optimizer step per update, not per micro-batch"
     assert acc["step_lrs"] == pytest.approx([BASE_LR * lr_factor(k, **SCHEDULE) for k in range(2)])
     assert acc["next_lr"] == pytest.approx(BASE_LR * lr_factor(2, **SCHEDULE))
 
 
 def test_zero0_grad_norm_equals_deepspeeds_zero3_norm(probe):
-    """Same weights, same batch: the norm computed by the adapter under ZeRO-0 equals DeepSpeed's under ZeRO-3."""
+    """Same weights, same batch: the norm computed by the adapter under ZeRO-0 equals DeepSpeed's under ZeRO-3.
+
+    Not bit-equal: DeepSpeed sums the squares in float64, the adapter in float32 (``torch.linalg.vector_norm`` per
+    tensor), which comes out low on big tensors: lm_head's 524k squares by 4e-5. Measured 6.9e-6 apart (4.0934339 vs
+    4.0934619; the float64 norm of plain transformers' gradient is 4.0934618), the same with torch, oneDNN and MKL
+    limited to AVX2 (or torch's default kernels) and one thread: this sum's order does not follow the CPU. rel 2e-5
+    is 3x that float32 error (it was 1e-5, 1.45x); a norm of the wrong gradient (one micro-batch of two, unscaled,
+    before the all-reduce) is off by tens of percent."""
     first = {stage: probe[f"accum_z{stage}"]["grad_norms"]["full"][0] for stage in (0, 3)}
-    assert first[0] == pytest.approx(first[3], rel=1e-5)
+    assert first[0] == pytest.approx(first[3], rel=2e-5)
 
 
 def test_parameters_only_load(probe):
@@ -109,11 +130,14 @@ def test_bucketed_gather_equals_full_state_dict(probe):
 
 def test_export_hf_loads_with_transformers_and_matches_engine(probe):
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(probe["hf_files"])
+    # the same float32 forward (gathered ZeRO-3 weights vs the exported ones, same batch, same kernels): measured
+    # bit-equal; 1e-6 leaves room for DeepSpeed's hooks ordering an op otherwise, far below what one wrong or stale
+    # tensor of the 5-step-trained model moves the loss
     assert probe["export_loss_diff"] < 1e-6
 
 
 def test_frozen_zero3_engine_with_param_offload_matches_plain_model(probe):
-    assert probe["frozen_max_abs_diff"] < 1e-5
+    assert probe["frozen_max_abs_diff"] < 1e-5  # the same float32 forward, as above (measured bit-equal)
     assert probe["frozen_offload_skipped"] and not probe["frozen_training"]
     assert probe["zero3_flag_restored"], "load_plain_model must not switch off the live ZeRO-3 integration"
 
