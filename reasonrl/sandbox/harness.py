@@ -36,8 +36,11 @@ import sys
 import time
 
 # Imports are kept to what the interpreter has loaded anyway plus small C modules: json, signal and traceback would
-# pull in re and enum, a third of the start-up time. ``dumps`` below writes the JSON the parent reads.
+# pull in re and enum, a third of the start-up time. ``dumps`` below writes the JSON the parent reads, ``loads``
+# reads the harness's own lines with the C scanner. Both are imported here, before any privilege is dropped: the
+# fallback runs code as nobody, who may not read the standard library (an interpreter under /root).
 from _json import encode_basestring_ascii as _quote
+from _json import make_scanner as _make_scanner
 
 SIGKILL = 9
 SIGXCPU = 24  # the CPU-time limit's signal (Linux); the signal module is not imported here (see above)
@@ -119,6 +122,27 @@ def dumps(x):
     if t is dict:
         return "{" + ",".join([_quote(str(k)) + ":" + dumps(v) for k, v in x.items()]) + "}"
     raise TypeError(f"cannot write {t.__name__}")
+
+
+class _PlainJson:
+    """What ``_json``'s C scanner reads from a ``json.JSONDecoder``: plain JSON, as ``dumps`` writes it."""
+
+    strict, object_hook, object_pairs_hook, parse_float, parse_int = True, None, None, float, int
+
+    @staticmethod
+    def parse_constant(name):
+        raise ValueError(f"{name} is not plain JSON")
+
+
+_scan = _make_scanner(_PlainJson())
+
+
+def loads(line):
+    """The value of one line of JSON written by ``dumps`` (``json.loads`` without importing json)."""
+    value, end = _scan(line, 0)
+    if line[end:].strip():
+        raise ValueError(f"extra data after JSON value at {end}")
+    return value
 
 
 def print_exc():
@@ -373,7 +397,6 @@ def serve_candidate(req_fd, resp_fd):
     """C: import the candidate, then answer ``[name, args]`` requests with ``{"v": value}`` or ``{"e": error}``."""
     _redirect("/dev/null", "c", (req_fd, resp_fd))  # fd 0 closed before any candidate code: the check is not read yet
     req, resp = os.fdopen(3, "r"), os.fdopen(4, "w")
-    import json  # check mode only (K's requests are trusted; written with dumps, read with json)
 
     try:
         module = import_candidate("solution")
@@ -381,7 +404,7 @@ def serve_candidate(req_fd, resp_fd):
         resp.write(dumps({"names": names}) + "\n")
         resp.flush()
         for line in req:
-            name, args = json.loads(line)
+            name, args = loads(line)
             try:
                 out = {"v": encode(getattr(module, name)(*decode(args)))}
             except Exception as exc:  # noqa: BLE001 - reported to the check as the call's exception
@@ -406,14 +429,13 @@ def run_check(check_src, prompt_src, entry_point, req_fd, resp_fd, tag):
     proxy, so the only way into the program is ``candidate`` (and that name)."""
     _redirect("/dev/null", tag, (req_fd, resp_fd))
     req, resp = os.fdopen(3, "w"), os.fdopen(4, "r")
-    import json  # K reads the candidate's answers with json only
 
     code = 2
     try:
         first = resp.readline()
         if not first:
             raise CandidateError("the candidate exited before the check ran")
-        names = json.loads(first)["names"]
+        names = loads(first)["names"]
 
         def proxy(name):
             def call(*args):
@@ -422,7 +444,7 @@ def run_check(check_src, prompt_src, entry_point, req_fd, resp_fd, tag):
                 line = resp.readline()
                 if not line:
                     raise CandidateError(f"the candidate exited during {name}()")
-                out = json.loads(line)
+                out = loads(line)
                 if "e" in out:
                     raise CandidateError(f"{name}() raised {out['e']}")
                 return decode(out["v"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 import torch
@@ -122,11 +123,16 @@ def test_the_next_bucket_is_received_ahead_and_must_be_the_one_asked_for():
     from reasonrl.distributed.vllm_worker_extension import WeightBroadcastReceiver
     from reasonrl.distributed.workers import free_port
 
-    class Receiver(WeightBroadcastReceiver):  # a vLLM worker's part: rank, device, and the load recorded
+    class Receiver(WeightBroadcastReceiver):  # a vLLM worker's part: rank, device, its model, the load recorded
         rank, device = 0, "cpu"
 
         def __init__(self):
             self.loaded: list[list[str]] = []
+            model = torch.nn.Module()  # parameters named as sent, so the exact check's map finds each one
+            model.a, model.b = torch.nn.Module(), torch.nn.Module()
+            model.a.w, model.a.h = torch.nn.Parameter(torch.zeros(4, 2)), torch.nn.Parameter(torch.zeros(3).half())
+            model.b.w = torch.nn.Parameter(torch.zeros(5))
+            self.model_runner = types.SimpleNamespace(get_model=lambda: model)
 
         def _reasonrl_apply(self, named):
             self.loaded.append([name for name, _ in named])
