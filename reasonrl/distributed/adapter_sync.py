@@ -20,7 +20,8 @@ import time
 from collections.abc import Sequence
 
 from reasonrl.distributed.sync_checks import DifferentialProbe
-from reasonrl.distributed.weight_sync import SyncReport
+from reasonrl.distributed.sync_probe import EndToEndProbe, ProbeInput
+from reasonrl.distributed.weight_sync import SyncReport, verify_into
 from reasonrl.distributed.worker_group import gather_all
 
 
@@ -32,11 +33,16 @@ class AdapterSyncer:
         self.policy, self.engines = policy, list(engines)
         self.tol, self.exact = tol, exact
         self.version = 0
-        self.probe: DifferentialProbe | None = None
+        self.end_to_end = EndToEndProbe(policy, engines, tol=tol, exact=exact, verify_with="trainer_forward")
         self.registered: list[list[int]] = []  # per engine: the adapter versions it holds after the last sync
 
-    async def load(self, probe_ids: Sequence[int] | None = None) -> SyncReport:
-        """Gather the adapter, register it on every engine as the next version. ``probe_ids`` is accepted for the
+    @property
+    def probe(self) -> DifferentialProbe | None:
+        """The end-to-end probe's differential check (calibrated by the first verify; None before)."""
+        return self.end_to_end.check
+
+    async def load(self, probe: ProbeInput | Sequence[int] | None = None) -> SyncReport:
+        """Gather the adapter, register it on every engine as the next version. ``probe`` is accepted for the
         ``WeightSyncer`` interface (the probe here always runs the training model's forward, in :meth:`verify`)."""
         import ray
 
@@ -58,28 +64,11 @@ class AdapterSyncer:
             load_s=time.perf_counter() - start,
         )
 
-    async def verify(self, probe_ids: Sequence[int], report: SyncReport) -> SyncReport:
-        """Every engine's probe log-probs against the training model's (:class:`DifferentialProbe`; raises
-        ``WeightSyncError``). Fills ``report``."""
-        start = time.perf_counter()
-        probe_ids = list(probe_ids)
-        first = self.probe is None
-        engine_refs = [engine.prompt_logprobs.remote(probe_ids) for engine in self.engines]
-        repeat_refs = [engine.prompt_logprobs.remote(probe_ids) for engine in self.engines] if first else None
-        trainer = (await gather_all(self.policy.call_async("probe_logprobs", probe_ids)))[0]
-        if self.probe is None:
-            self.probe = DifferentialProbe(tol=self.tol, exact=self.exact)
-        repeat = await gather_all(repeat_refs) if repeat_refs is not None else None
-        report.probe_max_abs_diff = self.probe.check(await gather_all(engine_refs), trainer, engine_repeat=repeat)
-        report.verify_s = time.perf_counter() - start
-        return report
+    async def verify(self, probe: ProbeInput | Sequence[int], report: SyncReport) -> SyncReport:
+        """Every engine's probe log-probs against the training model's (``sync_probe``, :class:`DifferentialProbe`;
+        raises ``WeightSyncError``). Fills ``report``."""
+        return await verify_into(self.end_to_end, ProbeInput.of(probe), report)
 
-    async def sync(self, probe_ids: Sequence[int] | None) -> SyncReport:
-        report = await self.load(probe_ids)
-        return report if probe_ids is None else await self.verify(probe_ids, report)
-
-    def run(self, probe_ids: Sequence[int] | None) -> SyncReport:
-        """:meth:`sync` from synchronous code (scripts, tests)."""
-        import asyncio
-
-        return asyncio.run(self.sync(probe_ids))
+    async def sync(self, probe: ProbeInput | Sequence[int] | None) -> SyncReport:
+        report = await self.load(probe)
+        return report if probe is None else await self.verify(probe, report)

@@ -7,17 +7,16 @@ short rollouts, two verified syncs per section.
   in the "weights" pool a level-1 sleep backs up: ``v1/worker/gpu_worker.py`` ~587-592), the second registers as
   version 2 (``list_loras``) and the probe moves as the trainer's does (``AdapterSyncer``'s differential check).
 * ``vision_sync`` (1 GPU): a vision-language policy (the tiny Idefics3, random weights) synced over CUDA IPC in
-  small buckets (every bucket ends between the engine's reload units, vision blocks included), checked exactly;
-  then the probe picture: the engine samples on a picture with log-probs and the trainer scores the same tokens on
-  the same picture, within the agreement bound (a vision tower loaded in part would be uninitialised memory).
+  small buckets (every bucket ends between the engine's reload units, vision blocks included), checked exactly
+  and by the sync's probe, which carries the picture (``sync_probe``); then the engine samples on the picture with
+  log-probs and the trainer scores the same tokens on the same picture, within the agreement bound (a vision tower
+  loaded in part would be uninitialised memory).
 * ``tp2_ipc`` (2 GPUs): ``colocate_all`` with a 2-rank policy and one engine at tensor-parallel size 2, both syncs
   over CUDA IPC (each vLLM worker rebuilds its own policy rank's bucket; a GPU mismatch is refused by the handles'
   device UUID), checked exactly and by the probe.
 * ``broadcast_gather`` (2 GPUs): the NCCL broadcast group of split placement: a 2-rank ZeRO-3 policy (one rank per
   GPU) gathers every bucket to rank 0 (the multi-rank gather), which broadcasts it to an engine on the other GPU
   (no GPU holds two ranks of the group), checked exactly and by the probe.
-
-The weight-sync probe itself stays text-only (``WeightSyncer``): ``vision_sync`` adds the picture beside it.
 """
 
 from __future__ import annotations
@@ -263,6 +262,7 @@ def _vision_sync(run: _Run) -> str:
     from ray.util.placement_group import placement_group
 
     from reasonrl.distributed.ppo_workers import PolicyWorker
+    from reasonrl.distributed.sync_probe import ProbeInput
     from reasonrl.distributed.vllm_engine import SamplingConfig, create_vllm_engines
     from reasonrl.distributed.weight_sync import WeightSyncer
     from reasonrl.distributed.worker_group import WorkerGroup
@@ -305,7 +305,7 @@ def _vision_sync(run: _Run) -> str:
             verify_with="trainer_forward",
             device=DEVICE,
         )
-        report = syncer.run(probe)
+        report = syncer.run(ProbeInput(prompt + probe, [picture]))  # the probe reaches the vision tower too
         sampling = SamplingConfig(n=2, temperature=1.0, max_tokens=16, seed=run.seed, logprobs=True)
         rollout = ray.get(engines[0].generate.remote([prompt], sampling, [[picture]]))
         samples = [(c.prompt_token_ids, c.token_ids) for c in rollout]  # image tokens as vLLM expanded them
@@ -316,7 +316,8 @@ def _vision_sync(run: _Run) -> str:
         if not diff < AGREEMENT_BOUND:
             raise AssertionError(f"on the probe picture max |vLLM - DeepSpeed| = {diff:.3g} nats >= {AGREEMENT_BOUND}")
         return (
-            f"{report.num_buckets} buckets over ipc, {report.params_checked} parameters checked exactly; on the "
+            f"{report.num_buckets} buckets over ipc, {report.params_checked} parameters checked exactly, the "
+            f"probe's {report.probe_tokens} tokens with its picture within {report.probe_max_abs_diff:.3g}; on the "
             f"probe picture max |vLLM - DeepSpeed| {diff:.3g} nats over {sum(len(c.token_ids) for c in rollout)} "
             "sampled tokens"
         )

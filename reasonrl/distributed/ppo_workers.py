@@ -436,13 +436,16 @@ class PolicyWorker(_ModelWorker):
         """``ipc`` transport: free the buffers this rank shared with its engine workers (``BucketSender``)."""
         return self._bucket_sender().release_shared()
 
-    def sent_probe_logprobs(self, probe_ids: Sequence[int]) -> list[float] | None:
-        """Rank 0: the probe's log-probs under the weights just sent (a host model; no collective)."""
-        return self._bucket_sender().sent_logprobs(probe_ids)
+    def sent_probe_logprobs(self, probe_ids: Sequence[int], images=None) -> list[float] | None:
+        """Rank 0: the probe's log-probs under the weights just sent (a host model; no collective). ``images``: a
+        VLM probe's pictures (``probe_ids`` then hold their expanded image tokens)."""
+        return self._bucket_sender().sent_logprobs(probe_ids, images, self.vision)
 
-    def probe_logprobs(self, probe_ids: Sequence[int]) -> list[float]:
-        """The training model's log-probs of ``probe_ids[1:]`` (collective: ZeRO-3 gathers every layer)."""
-        return self.compute_logprobs([(list(probe_ids[:1]), list(probe_ids[1:]))])[0][0].tolist()
+    def probe_logprobs(self, probe_ids: Sequence[int], images=None) -> list[float]:
+        """The training model's log-probs of ``probe_ids[1:]`` (collective: ZeRO-3 gathers every layer), with a VLM
+        probe's pictures (``images``) when given."""
+        sample = (list(probe_ids[:1]), list(probe_ids[1:]))
+        return self.compute_logprobs([sample], images=[list(images)] if images else None)[0][0].tolist()
 
     def full_state_dict(self):
         return ds.gather_full_state_dict(self.engine.module)

@@ -272,18 +272,27 @@ class VLLMEngine:
         return len(ids)
 
     def prompt_logprobs(self, token_ids: Sequence[int]) -> list[float]:
-        """log p(token_t | token_<t) for t = 1..len-1 under the engine's current weights (teacher forcing).
+        """log p(token_t | token_<t) for t = 1..len-1 under the engine's current weights (teacher forcing): the
+        text weight-sync probe (:meth:`score_probe` without pictures)."""
+        return self.score_probe(token_ids)[1]
 
-        This is the weight-sync probe: comparing it with the trainer's own log-probs of the same sequence shows
-        whether the engine really holds the trainer's weights (vLLM bypasses the prefix cache for prompt logprobs).
+    def score_probe(self, token_ids: Sequence[int], images: Sequence | None = None) -> tuple[list[int], list[float]]:
+        """``(ids, log-probs)``: the sequence scored and log p(token_t | token_<t) for t = 1..len-1 under the
+        engine's current weights (teacher forcing). ``images``: a VLM probe's pictures; vLLM expands each
+        placeholder of ``token_ids`` into the image's tokens, and ``ids`` is that expanded sequence.
+
+        This is the weight-sync probe (``sync_probe``): comparing it with the trainer's own log-probs of the same
+        sequence shows whether the engine really holds the trainer's weights, the vision tower's included when a
+        picture is given (vLLM bypasses the prefix cache for prompt logprobs).
         """
         from vllm import SamplingParams
 
         self.residency.check_generate("prompt_logprobs")
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)  # vLLM skips the prefix cache itself
-        prompts = [{"prompt_token_ids": list(token_ids)}]
+        prompts = [_engine_prompt(token_ids, images)]
         (request,) = self.llm.generate(prompts, params, use_tqdm=False, **self._lora_kwargs())
-        return [float(request.prompt_logprobs[t][tok].logprob) for t, tok in enumerate(token_ids) if t > 0]
+        ids = [int(t) for t in request.prompt_token_ids]
+        return ids, [float(request.prompt_logprobs[t][tok].logprob) for t, tok in enumerate(ids) if t > 0]
 
     # ---------------------------------------------------------------- weights
     @property

@@ -21,10 +21,11 @@ Two checks (``sync_checks``):
   device), every engine worker fingerprints every tensor it receives and the parameters it can predict from them
   (``vllm_worker_extension``); a missed bucket, a corrupted copy or a stale parameter is named, bit-exact in any
   dtype;
-* end to end, in :meth:`~WeightSyncer.verify`: a fixed probe sequence scored by every engine (vLLM prompt
-  log-probs) against the trainer's log-probs (:class:`DifferentialProbe`: the change across each sync must match,
-  which is bf16-safe). The trainer side comes from the weights rank 0 just sent (``sent_weights``: a host model, no
-  second gather; the CPU default) or from the training model's own forward (``trainer_forward``: the GPU default).
+* end to end, in :meth:`~WeightSyncer.verify` (``sync_probe``): a fixed prompt (a VLM's with its picture, so that
+  the vision tower is scored too) scored by every engine (vLLM prompt log-probs) against the trainer's log-probs
+  (:class:`DifferentialProbe`: the change across each sync must match, which is bf16-safe). The trainer side comes
+  from the weights rank 0 just sent (``sent_weights``: a host model, no second gather; the CPU default) or from the
+  training model's own forward (``trainer_forward``: the GPU default).
 
 Buckets never split a unit the engine reloads whole (``reload_units``: decoder layers, vision blocks, the model's
 stages beside them, every fused module): vLLM's layer-wise reload finalises each module at the end of a
@@ -46,6 +47,7 @@ from reasonrl.distributed import sync_group
 from reasonrl.distributed.reload_units import check_plan, module_units, plan_buckets
 from reasonrl.distributed.shared_buffers import BufferExporter
 from reasonrl.distributed.sync_checks import DifferentialProbe, check_received
+from reasonrl.distributed.sync_probe import VERIFY_SOURCES, EndToEndProbe, ProbeInput
 from reasonrl.distributed.weight_digest import named_fingerprints
 from reasonrl.distributed.worker_group import gather_all, gather_watching
 
@@ -69,6 +71,8 @@ class SyncReport:
     verify_s: float = 0.0
     probe_max_abs_diff: float = float("nan")
     params_total: int = 0
+    probe_tokens: int = 0
+    probe_images: int = 0
 
     @property
     def total_s(self) -> float:
@@ -87,6 +91,8 @@ class SyncReport:
             "sync/verify_s": self.verify_s,
             "sync/total_s": self.total_s,
             "sync/probe_max_abs_diff": self.probe_max_abs_diff,
+            "sync/probe_tokens": float(self.probe_tokens),
+            "sync/probe_images": float(self.probe_images),
         }
 
 
@@ -99,7 +105,6 @@ def timed(fn: Callable, *args, **kwargs):
 
 # ---------------------------------------------------------------------------------------------- transports
 TRANSPORTS = ("object_store", "broadcast", "ipc")
-VERIFY_SOURCES = ("sent_weights", "trainer_forward")
 
 
 def resolve_transport(transport: str, device: str, colocated: bool) -> str:
@@ -245,9 +250,10 @@ class BucketSender:
         """``ipc``: drop the buffers shared for the engines (they have loaded them). Returns how many."""
         return self.exporter.release()
 
-    def sent_logprobs(self, probe_ids: Sequence[int]) -> list[float] | None:
+    def sent_logprobs(self, probe_ids: Sequence[int], images=None, vision=None) -> list[float] | None:
         """Rank 0: the probe's log-probs under the weights this sync sent, from a host model assembled on those
-        tensors (no second gather); frees them. None on other ranks."""
+        tensors (no second gather); frees them. None on other ranks. ``images``: a VLM probe's pictures, turned into
+        the model's pixel inputs by ``vision`` (the worker's ``models.vision.VisionInputs``)."""
         from reasonrl.distributed import deepspeed_engine as ds
         from reasonrl.models.host_copy import model_from_tensors, sequence_logprobs
 
@@ -262,7 +268,14 @@ class BucketSender:
         with ds.no_zero3_init():  # (a sync of the trainable parameters only: the frozen ones as first sent)
             model = model_from_tensors(base.config, self.frozen | self.sent, buffers, attn_implementation="sdpa")
         self.sent = {}
-        return sequence_logprobs(model, list(probe_ids))
+        pixel_inputs = None
+        if images:
+            import torch
+
+            if vision is None:
+                raise ValueError("sent_logprobs: a probe with pictures needs the policy's vision inputs (a VLM)")
+            pixel_inputs = vision([list(images)], torch.tensor([list(probe_ids)]))
+        return sequence_logprobs(model, list(probe_ids), pixel_inputs)
 
 
 # ---------------------------------------------------------------------------------------------- the driver
@@ -337,14 +350,12 @@ class WeightSyncer:
         sleep: an engine whose weights were discarded refuses to generate until it has received every one)."""
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
-        if verify_with not in VERIFY_SOURCES:
-            raise ValueError(f"verify_with must be one of {VERIFY_SOURCES}, got {verify_with!r}")
         self.policy, self.engines = policy, list(engines)
         self.bucket_bytes, self.tol, self.exact = bucket_bytes, tol, exact
         self.transport, self.verify_with = transport, verify_with
         self.backend = "nccl" if device == "gpu" else "gloo"
         self.timeout_s = timeout_s
-        self.probe: DifferentialProbe | None = None
+        self.end_to_end = EndToEndProbe(policy, engines, tol=tol, exact=exact, verify_with=verify_with)
         self.buckets: list[list[str]] | None = None
         self.layouts: list[list[tuple[str, tuple[int, ...], str]]] = []
         self.bucket_of: dict[str, int] = {}
@@ -355,35 +366,41 @@ class WeightSyncer:
         self.plans: dict[str, _BucketPlan] = {}  # "all" parameters, and "trainable" ones when trainable_only
         self.all_names: list[str] = []
         self.synced_once = False
-        self.sent_probe: tuple[list[int], Any] | None = None  # sent_weights: (probe ids, rank 0's score of them)
         self.check_summary: str | None = None  # the exact check's last line about unchecked parameters (logged)
 
-    def run(self, probe_ids: Sequence[int] | None) -> SyncReport:
+    @property
+    def probe(self) -> DifferentialProbe | None:
+        """The end-to-end probe's differential check (calibrated by the first verify; None before)."""
+        return self.end_to_end.check
+
+    def run(self, probe: ProbeInput | Sequence[int] | None) -> SyncReport:
         """:meth:`sync` from synchronous code (scripts, tests); not inside a running event loop."""
         import asyncio
 
-        return asyncio.run(self.sync(probe_ids))
+        return asyncio.run(self.sync(probe))
 
-    async def sync(self, probe_ids: Sequence[int] | None) -> SyncReport:
+    async def sync(self, probe: ProbeInput | Sequence[int] | None) -> SyncReport:
         """:meth:`load`, then :meth:`verify` (engines fully awake: split placement, scripts, tests)."""
-        report = await self.load(probe_ids)
-        if probe_ids is not None:
-            await self.verify(probe_ids, report)
+        report = await self.load(probe)
+        if probe is not None:
+            await self.verify(probe, report)
         return report
 
-    async def load(self, probe_ids: Sequence[int] | None = None) -> SyncReport:
+    async def load(self, probe: ProbeInput | Sequence[int] | None = None) -> SyncReport:
         """Send the policy's current weights to every engine and check them exactly (raises WeightSyncError).
 
         Legal while the engines' KV cache sleeps (device phase SYNC): it loads weights and reads fingerprints, it
-        never generates. ``probe_ids``: the probe a :meth:`verify` of the same ids follows with; with
-        ``sent_weights`` rank 0 keeps the tensors it sends and scores the probe on them as soon as the last bucket
-        is sent, while the engines load it and check (no engine is involved: legal in SYNC)."""
+        never generates. ``probe`` (``sync_probe.ProbeInput``, or a text probe's token ids): the probe a
+        :meth:`verify` of the same probe follows with; with ``sent_weights`` rank 0 keeps the tensors it sends and
+        scores the probe on them as soon as the last bucket is sent, while the engines load it and check (no engine
+        is involved: legal in SYNC)."""
+        probe = ProbeInput.of(probe)
         await self._plan()
         self._use_plan("trainable" if self.trainable_only and self.synced_once else "all")
         if self.transport == "broadcast" and not self.joined:
             await self._join()
-        keeps = probe_ids is not None and self.verify_with == "sent_weights"
-        self.sent_probe = None
+        keeps = self.end_to_end.keeps_sent(probe)
+        self.end_to_end.loading()
         share_ranks = sum(self.workers) if self.transport == "ipc" else 1
         start, gather_s, loads, sent_digests = time.perf_counter(), 0.0, [], {}
         try:
@@ -411,7 +428,7 @@ class WeightSyncer:
                 gather_s += sent[0]["gather_s"]
                 sent_digests |= sent[0]["digests"]
             if keeps:  # rank 0 is free once the last bucket is sent: it scores the probe while the engines load
-                self.sent_probe = (list(probe_ids), self.policy.actors[0].sent_probe_logprobs.remote(list(probe_ids)))
+                self.end_to_end.sent(probe)
             await gather_all(loads)
         finally:
             if self.transport == "ipc":
@@ -460,13 +477,10 @@ class WeightSyncer:
             return calls
         return [engine.load_packed.remote(layout, sent[0]["ref"][0]) for engine in self.engines]
 
-    async def verify(self, probe_ids: Sequence[int], report: SyncReport) -> SyncReport:
+    async def verify(self, probe: ProbeInput | Sequence[int], report: SyncReport) -> SyncReport:
         """The end-to-end probe after :meth:`load` (engines fully awake: it generates): every engine's prompt
         log-probs against the trainer's, :class:`DifferentialProbe` (raises WeightSyncError). Fills ``report``."""
-        start = time.perf_counter()
-        report.probe_max_abs_diff = await self._verify(list(probe_ids))
-        report.verify_s = time.perf_counter() - start
-        return report
+        return await verify_into(self.end_to_end, ProbeInput.of(probe), report)
 
     async def _plan(self) -> None:
         if self.plans:
@@ -507,23 +521,18 @@ class WeightSyncer:
         await gather_all(joins)
         self.joined = True
 
-    async def _verify(self, probe_ids: list[int]) -> float:
-        first = self.probe is None
-        engine_refs = [engine.prompt_logprobs.remote(probe_ids) for engine in self.engines]
-        repeat_refs = [engine.prompt_logprobs.remote(probe_ids) for engine in self.engines] if first else None
-        if self.verify_with == "sent_weights":  # rank 0's score, started by load(probe_ids)
-            if self.sent_probe is None or self.sent_probe[0] != probe_ids:
-                raise RuntimeError(
-                    "verify(probe_ids) with verify_with=sent_weights needs load(probe_ids) with the same ids first: "
-                    "rank 0 scores the probe on the tensors that load sent"
-                )
-            trainer, self.sent_probe = await self.sent_probe[1], None
-        else:  # collective: every rank
-            trainer = (await gather_all(self.policy.call_async("probe_logprobs", probe_ids)))[0]
-        if self.probe is None:  # bf16: verify the change across each sync (kernel noise exceeds one step's move)
-            self.probe = DifferentialProbe(tol=self.tol, exact=self.exact)
-        repeat = await gather_all(repeat_refs) if repeat_refs is not None else None
-        return self.probe.check(await gather_all(engine_refs), trainer, engine_repeat=repeat)
+
+async def verify_into(end_to_end: EndToEndProbe, probe: ProbeInput, report: SyncReport) -> SyncReport:
+    """Run the end-to-end probe and fill ``report``'s probe fields and ``verify_s`` (both syncers' verify)."""
+    start = time.perf_counter()
+    result = await end_to_end.verify(probe)
+    report.probe_max_abs_diff, report.probe_tokens, report.probe_images = (
+        result.max_abs_diff,
+        result.tokens,
+        result.images,
+    )
+    report.verify_s = time.perf_counter() - start
+    return report
 
 
 def _raise_failed(refs: Sequence) -> None:

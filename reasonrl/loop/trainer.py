@@ -35,6 +35,7 @@ from reasonrl.data.sampler import PromptSampler
 from reasonrl.dataplane.experience import Experience
 from reasonrl.distributed.adapter_sync import AdapterSyncer
 from reasonrl.distributed.phases import Phase, PhaseMachine
+from reasonrl.distributed.sync_probe import ProbeInput
 from reasonrl.distributed.weight_sync import WeightSyncer, resolve_transport, resolve_verify_source
 from reasonrl.distributed.worker_group import gather_all
 from reasonrl.loop.evaluation import EvalSettings, evaluate_sets
@@ -142,7 +143,7 @@ class PPOTrainer:
         # stream_rollout under split placement, synchronous: the forwards start on each full chunk of kept samples
         # while the engines still generate (ahead of time they would run on the weights of an older step)
         self.streams_forwards = cfg.stream_rollout and self.ahead is None and not cfg.colocate_all
-        self.probe_ids: list[int] | None = None
+        self.probe: ProbeInput | None = None  # the weight sync's end-to-end probe (sync_for_generation)
         self._weight_syncer: WeightSyncer | AdapterSyncer | None = None
         # colocate_all: what is resident on the shared devices (a no-op machine under split placement)
         groups = {"policy": roles.policy, "critic": roles.critic, "ref": roles.ref, "reward_model": roles.reward_model}
@@ -329,18 +330,28 @@ class PPOTrainer:
         SYNC (roles offloaded, engine weights awake, KV cache asleep, scheduler paused) -> load every bucket and
         check it exactly (no generation: a paused scheduler would never run it) -> GENERATION (KV cache awake,
         scheduler running) -> the end-to-end probe, which generates. Under split placement only the sync runs."""
-        if self.probe_ids is None:  # a fixed real prompt: the trainer and every engine must score it identically
-            self.probe_ids = self.generator.encode([self.sampler.rows[0]])[0][:64]
+        if self.probe is None:
+            self.probe = self.sync_probe()
         async with self.generator.engines_held():  # multi-turn rollouts launched before the sync end first
             if self.ahead is not None:  # the engines first finish the rollouts queued before this sync (calls run
                 await gather_all([engine.ready.remote() for engine in self.roles.engines])  # in order)
             syncer = self.weight_syncer()
             await self.phases.enter(Phase.SYNC)
-            report = await syncer.load(self.probe_ids)
+            report = await syncer.load(self.probe)
             self.phases.synced()
             await self.phases.enter(Phase.GENERATION)
-            await syncer.verify(self.probe_ids, report)
+            await syncer.verify(self.probe, report)
         return report.as_metrics()
+
+    def sync_probe(self) -> ProbeInput:
+        """The sync's end-to-end probe: a fixed real prompt, the training set's first, which the trainer and every
+        engine must score identically. A text prompt is cut to 64 tokens; a vision-language prompt keeps its
+        pictures and is never cut (a cut could drop a placeholder; the check before start bounds its expanded
+        length), so that the probe reaches the vision tower and projector too."""
+        row = self.sampler.rows[0]
+        ids = self.generator.encode([row])[0]
+        images = list(row.get("images") or [])
+        return ProbeInput(ids, images) if images else ProbeInput(ids[:64])
 
     # ================================================================== experience
     def compute_advantages(self, exp: Experience, batch: Rollout) -> dict[str, float]:

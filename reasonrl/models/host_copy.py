@@ -41,9 +41,14 @@ def model_from_tensors(
 
 
 @torch.no_grad()
-def sequence_logprobs(model, token_ids: Sequence[int]) -> list[float]:
+def sequence_logprobs(
+    model, token_ids: Sequence[int], pixel_inputs: Mapping[str, torch.Tensor] | None = None
+) -> list[float]:
     """log p(token_t | token_<t) for t = 1..len-1 (teacher forcing, temperature 1): what vLLM's prompt log-probs
-    return for the same sequence."""
-    ids = torch.tensor([list(token_ids)], device=next(model.parameters()).device)
-    logits = model(input_ids=ids).logits[0, :-1].float()  # [len - 1, vocab]
+    return for the same sequence. ``pixel_inputs``: a VLM's pixel inputs for the sequence's image tokens
+    (``models.vision.VisionInputs`` of its pictures)."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([list(token_ids)], device=device)
+    extra = {k: v.to(device) for k, v in (pixel_inputs or {}).items()}
+    logits = model(input_ids=ids, **extra).logits[0, :-1].float()  # [len - 1, vocab]
     return torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None])[:, 0].tolist()

@@ -28,7 +28,7 @@ class _ProbingRunner(ExperimentRunner):
         import ray
 
         last = await super().fit()
-        probe = self.trainer.probe_ids
+        probe = self.trainer.probe.ids
         self.engine_probes = ray.get([e.prompt_logprobs.remote(list(probe)) for e in self.trainer.roles.engines])
         refs = self.trainer.roles.policy.call_async("compute_logprobs", [(probe[:1], probe[1:])])  # collective
         self.policy_probe = (await asyncio.gather(*refs))[0][0][0].tolist()
