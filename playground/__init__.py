@@ -41,6 +41,6 @@ def recipe_config(name: str) -> type:
 def memory_table(name: str) -> str:
     """The memory model's phase table of recipe ``name`` (its default config), as docs/memory.md prints it."""
     from reasonrl.config.memory import setup_from_config
-    from reasonrl.distributed.memory_model import format_table
+    from reasonrl.planning.memory_model import format_table
 
     return format_table(name, setup_from_config(recipe_config(name)()))

@@ -16,7 +16,7 @@ A frozen reference and a critic share the GPU too, and every role resolves its a
 3. ``missed_sync``: generating after a level-2 sleep without a sync is refused, and one more update the engine
    never receives is caught by the differential probe check;
 4. ``memory``: measured device memory per phase against the per-phase memory model
-   (``reasonrl.distributed.memory_model``, ``docs/memory.md``) for this run's :class:`Setup` (:func:`run_setup`):
+   (``reasonrl.planning.memory_model``, ``docs/memory.md``) for this run's :class:`Setup` (:func:`run_setup`):
 
    * ``engine``: device-wide use (``torch.cuda.mem_get_info`` in the driver) after ``engine.ready`` minus the
      baseline before the engine started; modelled ``vllm_engine_bytes`` (``gpu_memory_utilization x device`` and
@@ -53,7 +53,8 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from reasonrl.distributed.memory_model import (
+from reasonrl.models.tiny import TinyModelSpec
+from reasonrl.planning.memory_model import (
     ModelShape,
     Setup,
     activation_bytes,
@@ -63,7 +64,6 @@ from reasonrl.distributed.memory_model import (
     train_state_bytes,
     vllm_engine_bytes,
 )
-from reasonrl.models.tiny import TinyModelSpec
 
 # Qwen2.5-0.5B's architecture (config.json of the Hub model); the weights are random.
 QWEN2P5_0P5B_SHAPE = TinyModelSpec(

@@ -83,8 +83,8 @@ def test_a_working_colocated_gpu_passes_with_its_contexts_and_graph_pool():
     exceeded; the model's own figure is not."""
     import dataclasses
 
-    from reasonrl.distributed import memory_model as mm
-    from reasonrl.distributed.phases import Phase
+    from reasonrl.planning import memory_model as mm
+    from reasonrl.planning.device_phases import Phase
 
     s = gpu_check.run_setup(80 * 2**30, 384, zero_stage=3, bf16=True, gradient_checkpointing=False)
     s = dataclasses.replace(s, vllm_enable_sleep=True, critic_dp=1, ref_dp=1)
@@ -98,7 +98,7 @@ def test_a_working_colocated_gpu_passes_with_its_contexts_and_graph_pool():
 
 
 def test_the_run_setup_predicts_the_memory_model_terms():
-    from reasonrl.distributed import memory_model as mm
+    from reasonrl.planning import memory_model as mm
 
     assert gpu_check.model_shape(gpu_check.QWEN2P5_0P5B_SHAPE) == mm.QWEN25["Qwen/Qwen2.5-0.5B"]
     device = 80 * 2**30

@@ -46,13 +46,6 @@ KNOWN_CONFIG_REACH_UP = {
     "reasonrl.data.sources.DataFormatError",  # a malformed data file is a config problem, named with its line
     "reasonrl.data.sources.check_source",  # the file / folder / Hub id of a data field exists
     "reasonrl.data.sources.parse_source",  # the same parser the loaders use (one syntax)
-    "reasonrl.distributed.memory_model",  # memory.py, consistency.py: validate() refuses what cannot fit a GPU
-    # resources.py, mapping.py: the pure placement planner (no Ray), so validate() refuses a plan no cluster can hold
-    "reasonrl.distributed.placement_layout.PlacementError",  # a plan that cannot be placed, as a config problem
-    "reasonrl.distributed.placement_layout.RoleResources",  # BasePPOExpConfig.role_resources() builds them
-    "reasonrl.distributed.placement_layout.VLLMResources",
-    "reasonrl.distributed.placement_layout.check_feasible",  # the plan against the cluster's (or machine's) devices
-    "reasonrl.distributed.placement_layout.plan_groups",  # the placement groups the run will ask Ray for
     # mapping.py: BasePPOExpConfig.worker_config() & co. build the workers' own dataclasses from the fields
     "reasonrl.distributed.ppo_workers.PolicyLossConfig",  # cfg.policy_loss_config()
     "reasonrl.distributed.ppo_workers.ValueLossConfig",  # cfg.value_loss_config()
@@ -69,12 +62,16 @@ CONFIG_BUILDS_ON = {
     "reasonrl.utils.pysource",  # what a Python file defines, read with ast: env_fn refused without importing it
 }
 # The packages distributed/ builds on: it never imports config/ (what a worker, the memory model or the Ray helpers
+# The pure planners (memory model, placement layout, feasibility, device phases): below config/ and distributed/, which
+# both call them; standard library only (checked below), so they import in milliseconds and know no Ray, torch or vLLM.
+PLANNING = "reasonrl.planning"
 # need arrives as plain values or dataclasses of distributed/'s own), the loop, sft/ or an entry point.
 DISTRIBUTED_BUILDS_ON = {
     "reasonrl.algos",  # the workers' losses
     "reasonrl.dataplane",  # what the workers read and return: Experience, RaggedShard, Sample, Completion
     "reasonrl.models",  # HF model helpers: log-probs, critic head, batching, attention choice
     "reasonrl.utils",  # Hub cache, worker logs
+    "reasonrl.planning",  # placement plans, the device phases' residency table
 }
 # The modules at the top of reasonrl/ that users type (python -m ...): the only importers of the loop from outside it.
 ENTRY_POINTS = {"reasonrl.exp", "reasonrl.eval", "reasonrl.demo", "reasonrl.gpu_check", "reasonrl.prepare"}
@@ -267,6 +264,7 @@ def test_what_config_builds_on_imports_no_reasonrl_module():
 def test_algos_import_torch_only():
     bad = {name: files for name, files in _outside(load_modules(), "algos").items() if _top(name) != "torch"}
     assert not bad, f"algos/ is pure tensor math (torch only): {bad}"
+        and not name.startswith(PLANNING + ".")
 
 
 def test_rewards_import_no_ray_deepspeed_or_vllm():
@@ -278,6 +276,13 @@ def test_rewards_import_no_ray_deepspeed_or_vllm():
 
 def test_the_top_of_reasonrl_holds_entry_points_and_packages_only():
     top = {path.stem for path in PACKAGE_ROOT.glob("*.py")} - {"__init__"}
+def test_the_planners_import_the_standard_library_only():
+    outside = _outside(load_modules(), "planning")
+    assert not outside, (
+        f"planning/ is pure (standard library only: no Ray, torch, vLLM or other reasonrl package): {outside}"
+    )
+
+
     assert {f"reasonrl.{name}" for name in top} == ENTRY_POINTS, (
         "a module at the top of reasonrl/ that is no entry point"
     )

@@ -287,12 +287,12 @@ def _check_sync_transport(cfg: BasePPOExpConfig, cluster_resources=None) -> list
 def _check_colocation(cfg: BasePPOExpConfig, cluster_resources=None) -> list[str]:
     """``colocate_all`` on GPU: vLLM must sleep (its KV cache would otherwise hold the devices while DeepSpeed
     trains), and ``vllm_gpu_memory_utilization`` must leave room, on an 80 GB device, for what stays resident while
-    vLLM is awake (every role's ZeRO parameter partition; :mod:`reasonrl.distributed.memory_model`). Models the
+    vLLM is awake (every role's ZeRO parameter partition; :mod:`reasonrl.planning.memory_model`). Models the
     memory model has no shape for are not checked. On CPU neither applies (sleep is a no-op there)."""
     if not cfg.colocate_all or cfg.resolved_device(cluster_resources) != "gpu":
         return []
     from reasonrl.config.memory import setup_from_config
-    from reasonrl.distributed import memory_model
+    from reasonrl.planning import memory_model
 
     problems = []
     if not cfg.vllm_enable_sleep:

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 def role_resources(cfg: BasePPOExpConfig) -> dict[str, Any]:
     """See :meth:`BasePPOExpConfig.role_resources`."""
-    from reasonrl.distributed.placement_layout import RoleResources, VLLMResources
+    from reasonrl.planning.placement_layout import RoleResources, VLLMResources
 
     def role(on: bool, nodes: int, per_node: int) -> RoleResources:
         return RoleResources(nodes if on else 0, per_node)
@@ -38,7 +38,7 @@ def placement_kwargs(cfg: BasePPOExpConfig) -> dict[str, Any]:
 
 def placement_requests(cfg: BasePPOExpConfig, device: str | None = None) -> list:
     """See :meth:`BasePPOExpConfig.placement_requests`."""
-    from reasonrl.distributed.placement_layout import plan_groups
+    from reasonrl.planning.placement_layout import plan_groups
 
     return plan_groups(cfg.role_resources(), device=device or cfg.resolved_device(), **cfg.placement_kwargs())
 

@@ -1,5 +1,5 @@
 """The memory model of a config: :func:`setup_from_config` turns a ``BasePPOExpConfig`` into the plain
-:class:`~reasonrl.distributed.memory_model.Setup` the model takes (the model knows no config). Validation uses it
+:class:`~reasonrl.planning.memory_model.Setup` the model takes (the model knows no config). Validation uses it
 (:mod:`reasonrl.config.consistency`), and so do the recipes' tables (``python -m playground memory --all``).
 
 The memory model is imported inside the function: it belongs to ``distributed/`` (a reach-up of ``config/``, listed
@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from reasonrl.config.base import BasePPOExpConfig
-    from reasonrl.distributed.memory_model import ModelShape, Setup
+    from reasonrl.planning.memory_model import ModelShape, Setup
 
 
 def setup_from_config(cfg: BasePPOExpConfig, model: ModelShape | None = None, device_bytes: int | None = None) -> Setup:
     """The :class:`Setup` of ``cfg``; ``model`` defaults to ``QWEN25[cfg.pretrain]`` (a Hub id at any revision),
     ``device_bytes`` to an 80 GB device. Raises KeyError for a model without a known shape."""
-    from reasonrl.distributed import memory_model
+    from reasonrl.planning import memory_model
 
     shape = model or memory_model.QWEN25.get((cfg.pretrain or "").partition("@")[0])
     if shape is None:

@@ -40,7 +40,7 @@ def check_resources(
     ``nodes`` (``ray.cluster_resources()`` / ``ray.nodes()``) whether that cluster can hold it; without them and
     without ``ray_address`` / ``RAY_ADDRESS`` (``structural_ok``: no other problem) whether the local Ray instance
     the run starts on this machine can."""
-    from reasonrl.distributed.placement_layout import PlacementError, check_feasible, plan_groups
+    from reasonrl.planning.placement_layout import PlacementError, check_feasible, plan_groups
 
     if cfg.device not in DEVICES:
         return []  # reported by _check_names
@@ -72,7 +72,7 @@ def check_resources(
 def _local_problems(cfg: BasePPOExpConfig, requests: list) -> list[str]:
     """The local Ray instance ``init_ray`` will start on this machine: enough GPUs (``torch.cuda.device_count()``,
     or 0 at once on a machine without a GPU driver) and logical CPUs (:func:`local_num_cpus`) for ``requests``."""
-    from reasonrl.distributed.placement_layout import PlacementError, check_feasible, plan_groups
+    from reasonrl.planning.placement_layout import PlacementError, check_feasible, plan_groups
 
     count = 0 if cfg.device == "cpu" else _gpu_count()
     device = "cpu" if cfg.device == "cpu" or (cfg.device == "auto" and count == 0) else "gpu"

@@ -256,6 +256,23 @@ def _pinned(pg, bundle: int) -> dict:
     return {"num_cpus": 1, "num_gpus": 0.4, "runtime_env": {"env_vars": _env()}, "scheduling_strategy": strategy}
 
 
+def _syncer(policy, engines, transport: str, bucket_bytes: int = 64 * 2**20):
+    """The sections' weight syncer: bf16 engines (the probe's 0.1-nat floor, calibrated by the first sync), the
+    training model's forward as the trainer side (cheap over NCCL)."""
+    from reasonrl.distributed.weight_sync import WeightSyncer
+
+    return WeightSyncer(
+        policy,
+        engines,
+        bucket_bytes=bucket_bytes,
+        tol=0.1,
+        exact=False,
+        transport=transport,
+        verify_with="trainer_forward",
+        device=DEVICE,
+    )
+
+
 def _vision_sync(run: _Run) -> str:
     import numpy as np
     import ray
@@ -264,7 +281,6 @@ def _vision_sync(run: _Run) -> str:
     from reasonrl.distributed.ppo_workers import PolicyWorker
     from reasonrl.distributed.sync_probe import ProbeInput
     from reasonrl.distributed.vllm_engine import SamplingConfig, create_vllm_engines
-    from reasonrl.distributed.weight_sync import WeightSyncer
     from reasonrl.distributed.worker_group import WorkerGroup
     from reasonrl.models.tiny_vlm import tiny_vlm_path
     from reasonrl.models.vision import image_placeholder, load_processor
@@ -295,16 +311,7 @@ def _vision_sync(run: _Run) -> str:
         ray.get([e.ready.remote() for e in engines], timeout=600)
         policy = WorkerGroup(PolicyWorker, _Share(lambda r: _pinned(pg, 0), 1), timeout_s=600)
         policy.call("setup", _worker_config(_Run(model_path=path, lr=run.lr, seed=run.seed)))
-        syncer = WeightSyncer(
-            policy,
-            engines,
-            bucket_bytes=256 * 2**10,
-            tol=0.1,
-            exact=False,
-            transport="ipc",
-            verify_with="trainer_forward",
-            device=DEVICE,
-        )
+        syncer = _syncer(policy, engines, "ipc", bucket_bytes=256 * 2**10)
         report = syncer.run(ProbeInput(prompt + probe, [picture]))  # the probe reaches the vision tower too
         sampling = SamplingConfig(n=2, temperature=1.0, max_tokens=16, seed=run.seed, logprobs=True)
         rollout = ray.get(engines[0].generate.remote([prompt], sampling, [[picture]]))
@@ -330,10 +337,9 @@ def _tp2_ipc(run: _Run) -> str:
     import ray
 
     from reasonrl.distributed.placement import build_placement
-    from reasonrl.distributed.placement_layout import RoleResources, VLLMResources
+    from reasonrl.planning.placement_layout import RoleResources, VLLMResources
     from reasonrl.distributed.ppo_workers import PolicyWorker
     from reasonrl.distributed.vllm_engine import create_vllm_engines
-    from reasonrl.distributed.weight_sync import WeightSyncer
     from reasonrl.distributed.worker_group import WorkerGroup
 
     probe, prompts = _probe_and_prompts(run.seed)
@@ -354,16 +360,7 @@ def _tp2_ipc(run: _Run) -> str:
         ray.get([e.ready.remote() for e in engines], timeout=900)  # engines first, as colocate_all starts
         policy = WorkerGroup(PolicyWorker, plan["policy"], timeout_s=600)
         policy.call("setup", _worker_config(run))
-        syncer = WeightSyncer(
-            policy,
-            engines,
-            bucket_bytes=64 * 2**20,
-            tol=0.1,
-            exact=False,
-            transport="ipc",
-            verify_with="trainer_forward",
-            device=DEVICE,
-        )
+        syncer = _syncer(policy, engines, "ipc")
         return "TP 2, 2 policy ranks: " + _synced_twice(syncer, policy, engines[0], probe, prompts, run.seed)
     finally:
         _shutdown(engines, [policy], plan)
@@ -375,7 +372,6 @@ def _broadcast_gather(run: _Run) -> str:
 
     from reasonrl.distributed.ppo_workers import PolicyWorker
     from reasonrl.distributed.vllm_engine import create_vllm_engines
-    from reasonrl.distributed.weight_sync import WeightSyncer
     from reasonrl.distributed.worker_group import WorkerGroup
 
     probe, prompts = _probe_and_prompts(run.seed)
@@ -399,16 +395,7 @@ def _broadcast_gather(run: _Run) -> str:
         ray.get([e.ready.remote() for e in engines], timeout=600)
         policy = WorkerGroup(PolicyWorker, _Share(lambda r: _pinned(pg, r), 2), timeout_s=600)
         policy.call("setup", _worker_config(run))
-        syncer = WeightSyncer(
-            policy,
-            engines,
-            bucket_bytes=64 * 2**20,
-            tol=0.1,
-            exact=False,
-            transport="broadcast",
-            verify_with="trainer_forward",
-            device=DEVICE,
-        )
+        syncer = _syncer(policy, engines, "broadcast")
         return f"{syncer.backend}, 2-rank gather to rank 0: " + _synced_twice(
             syncer, policy, engines[0], probe, prompts, run.seed
         )

@@ -11,9 +11,10 @@ Phases (what is on the shared devices):
   never moves and the weight gather needs) and the engines' *weights* awake, their KV cache not yet allocated.
 * ``GENERATION``: engines fully awake (weights + KV cache); DeepSpeed states offloaded.
 
-One colocated step is :data:`COLOCATED_STEP`: generation -> training -> sync -> generation. The memory model
-(:mod:`reasonrl.distributed.memory_model`) computes resident bytes from :data:`RESIDENT`, the same table the
-transitions implement, so the model and the machine cannot drift apart (a test asserts it).
+One colocated step is :data:`~reasonrl.planning.device_phases.COLOCATED_STEP`: generation -> training -> sync ->
+generation. What each phase keeps resident is the pure table :data:`reasonrl.planning.device_phases.RESIDENT`; the
+memory model (:mod:`reasonrl.planning.memory_model`) computes resident bytes from it and the transitions here
+implement it, so the model and the machine cannot drift apart (a test asserts it).
 
 Sleep level: :data:`SLEEP_LEVEL` is 2. vLLM 0.32's ``Worker.sleep(level=1)`` copies the weights to (pinned) host
 memory and discards the KV cache; ``level=2`` discards both and keeps only the model's buffers (rotary caches) on
@@ -33,18 +34,12 @@ the one a GPU run makes, and the tests assert it.
 from __future__ import annotations
 
 import asyncio
-import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from loguru import logger
 
-
-class Phase(enum.StrEnum):
-    GENERATION = "generation"
-    TRAINING = "training"
-    SYNC = "sync"
-
+from reasonrl.planning.device_phases import Phase
 
 SLEEP_LEVEL = 2
 """vLLM sleep level for a full weight sync every step (see the module docstring)."""
@@ -52,18 +47,6 @@ SLEEP_LEVEL = 2
 ADAPTER_SYNC_SLEEP_LEVEL = 1
 """vLLM sleep level when each sync sends a LoRA adapter only (``lora_sync=adapter``): the engines' base weights are
 never sent again, so the sleep must keep them (level 1: a host copy, restored on wake)."""
-
-COLOCATED_STEP: tuple[Phase, ...] = (Phase.GENERATION, Phase.TRAINING, Phase.SYNC, Phase.GENERATION)
-"""The phases of one colocated PPO step, in order (the memory model evaluates each)."""
-
-RESIDENT: Mapping[Phase, frozenset[str]] = {
-    Phase.GENERATION: frozenset({"vllm_weights", "vllm_kv_cache", "policy_params"}),
-    Phase.TRAINING: frozenset({"policy_params", "train_states", "activations"}),
-    Phase.SYNC: frozenset({"vllm_weights", "policy_params", "sync_bucket"}),
-}
-"""What each phase keeps on a shared device. ``policy_params``: the ZeRO parameter partitions of every role (never
-offloaded); ``train_states``: gradients, fp32 master weights and optimizer states (offloaded outside TRAINING);
-``activations``: one micro-batch of one role at a time (forwards and updates are serialised)."""
 
 
 @dataclass(frozen=True)

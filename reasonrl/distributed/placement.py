@@ -1,6 +1,6 @@
-"""Ray placement groups for the RL roles: created from the requests of :mod:`reasonrl.distributed.placement_layout`
+"""Ray placement groups for the RL roles: created from the requests of :mod:`reasonrl.planning.placement_layout`
 (roles, bundles, colocation modes and their rules are described there), checked against the cluster before
-anything waits.
+anything waits; each role's :class:`RolePlacement` (its bundles and actor options) once they exist.
 
 Node layout. Groups use the ``PACK`` strategy: Ray fills as few nodes as possible, so a node with ``D`` free
 devices hosts ``D`` bundles of a group, and a request of ``N x D`` lands on ``N`` nodes on a cluster of ``D``-device
@@ -29,18 +29,117 @@ from typing import Any
 
 from loguru import logger
 
-from reasonrl.distributed.feasibility import fmt_devices
-from reasonrl.distributed.placement_layout import (
+from reasonrl.planning.feasibility import fmt_devices
+from reasonrl.planning.placement_layout import (
     GroupRequest,
     PlacementError,
-    RolePlacement,
     RoleResources,
     VLLMResources,
     check_feasible,
     node_aligned_blocks,
     plan_groups,
-    role_placements,
 )
+
+
+@dataclasses.dataclass
+class RolePlacement:
+    """Where one role's actors go. ``bundle_indices[i]`` is the bundle of actor ``i`` (rank or engine).
+
+    ``engine_bundle_indices[i]`` lists all bundles of actor ``i``: ``[b]`` for a DeepSpeed rank, the ``tp`` bundles
+    of a vLLM engine (first one = ``bundle_indices[i]``). An engine with ``tp > 1`` on GPUs needs its tensor-parallel
+    workers on the other bundles of its block (e.g. vLLM's Ray executor pointed at those bundles); one 1-GPU bundle
+    cannot give a single actor ``tp`` GPUs. ``num_gpus_per_actor`` / ``num_cpus_per_actor`` are the share of one
+    bundle each actor may ask for: ``1/k`` of it when ``k`` roles share the bundles. ``device`` (``"gpu"`` /
+    ``"cpu"``: the kind of the bundles) sets each actor's environment (:meth:`env_vars`).
+
+    vLLM engines with ``tp > 1`` (vLLM 0.32's Ray executor, ``RayExecutorV2``): the engine actor holds no GPU
+    (``num_gpus=0``, its CPU share only) and captures child tasks into the group; vLLM starts one worker actor per
+    tensor-parallel rank on exactly the bundles named in ``VLLM_RAY_BUNDLE_INDICES`` (the engine's block), each
+    asking ``VLLM_RAY_PER_WORKER_GPUS`` = this role's GPU share of a bundle (1, or ``1/k`` when colocated).
+    Without those variables vLLM takes the group's first ``tp`` GPU bundles for every engine.
+    """
+
+    role: str
+    placement_group: Any
+    bundle_indices: list[int]
+    engine_bundle_indices: list[list[int]]
+    num_gpus_per_actor: float
+    num_cpus_per_actor: float
+    colocated_with: tuple[str, ...]
+    group_name: str
+    device: str = "gpu"
+    cpus_per_bundle: float = 1.0
+
+    @property
+    def num_actors(self) -> int:
+        return len(self.bundle_indices)
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        """Bundles per actor: a vLLM engine's ``tp`` (1 for DeepSpeed ranks)."""
+        return len(self.engine_bundle_indices[0]) if self.engine_bundle_indices else 1
+
+    @property
+    def spawns_tp_workers(self) -> bool:
+        """Whether each actor is a vLLM engine whose tensor-parallel workers are separate Ray actors (GPU, tp > 1;
+        on CPU vLLM runs them as processes of the engine actor)."""
+        return self.role == "vllm" and self.tensor_parallel_size > 1 and self.device == "gpu"
+
+    def scheduling_strategy(self, i: int):
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        return PlacementGroupSchedulingStrategy(
+            placement_group=self.placement_group,
+            placement_group_bundle_index=self.bundle_indices[i],
+            placement_group_capture_child_tasks=self.spawns_tp_workers,
+        )
+
+    def env_vars(self, i: int) -> dict[str, str]:
+        """Environment of actor ``i``: its placement's device environment (``platform.runtime_env_vars``, with
+        ``REASONRL_DEVICE``), the CPU threads of its bundle (``platform.cpu_threads_env``: the roles sharing a
+        bundle take turns, so each may use all its CPUs), plus, for a vLLM engine with ``tp > 1``, the bundles and
+        GPU share of its workers."""
+        from reasonrl.distributed.platform import cpu_threads_env, runtime_env_vars
+
+        env = runtime_env_vars(on_gpu=self.device == "gpu")
+        env.update(cpu_threads_env(self.cpus_per_bundle))
+        if self.spawns_tp_workers:
+            env["VLLM_RAY_BUNDLE_INDICES"] = ",".join(str(b) for b in self.engine_bundle_indices[i])
+            env["VLLM_RAY_PER_WORKER_GPUS"] = f"{self.num_gpus_per_actor:g}"
+        return env
+
+    def actor_resources(self, i: int) -> dict[str, float]:
+        """``num_cpus`` / ``num_gpus`` of actor ``i`` in its bundle. A vLLM engine with ``tp > 1`` asks no GPU
+        itself: its workers do, one per bundle of its block (:meth:`env_vars`)."""
+        return dict(num_cpus=self.num_cpus_per_actor, num_gpus=0 if self.spawns_tp_workers else self.num_gpus_per_actor)
+
+    def actor_options(self, i: int) -> dict[str, Any]:
+        """``ray.remote(...).options(**role.actor_options(i))`` for actor ``i``: resources, bundle, environment."""
+        return dict(
+            **self.actor_resources(i),
+            scheduling_strategy=self.scheduling_strategy(i),
+            runtime_env={"env_vars": self.env_vars(i)},
+        )
+
+
+def role_placements(groups: Iterable[tuple[GroupRequest, Any]], device: str) -> dict[str, RolePlacement]:
+    """Every role's :class:`RolePlacement` in ``(request, placement group)`` pairs (pure: the group may be None)."""
+    roles = {}
+    for req, pg in groups:
+        for role, blocks in req.actors.items():
+            roles[role] = RolePlacement(
+                role=role,
+                placement_group=pg,
+                bundle_indices=[b[0] for b in blocks],
+                engine_bundle_indices=[list(b) for b in blocks],
+                num_gpus_per_actor=req.num_gpus_per_actor,
+                num_cpus_per_actor=req.num_cpus_per_actor,
+                colocated_with=tuple(r for r in req.roles if r != role),
+                group_name=req.name,
+                device=device,
+                cpus_per_bundle=float(req.bundle.get("CPU", 1.0)),
+            )
+    return roles
 
 
 @dataclasses.dataclass

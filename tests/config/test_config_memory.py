@@ -8,7 +8,7 @@ import pytest
 from playground import GPU_RECIPES, memory_table, recipe_config
 from playground.__main__ import main
 from reasonrl.config.memory import setup_from_config
-from reasonrl.distributed import memory_model as mm
+from reasonrl.planning import memory_model as mm
 
 GB = mm.GB
 

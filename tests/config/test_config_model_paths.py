@@ -266,7 +266,7 @@ def test_sft_pins_pretrain_and_resumes_at_the_checkpoint_commit(offline_hub, no_
 
 def test_the_memory_model_knows_a_pinned_qwen():
     from reasonrl.config.memory import setup_from_config
-    from reasonrl.distributed.memory_model import QWEN25
+    from reasonrl.planning.memory_model import QWEN25
 
     cfg = BasePPOExpConfig(pretrain=f"Qwen/Qwen2.5-7B@{SHA}", device="cpu")
     assert setup_from_config(cfg).model == QWEN25["Qwen/Qwen2.5-7B"]

@@ -26,13 +26,8 @@ from pathlib import Path
 import pytest
 
 from reasonrl.distributed import platform
-from reasonrl.distributed.placement_layout import (
-    PlacementError,
-    check_feasible,
-    node_aligned_blocks,
-    plan_groups,
-    role_placements,
-)
+from reasonrl.distributed.placement import role_placements
+from reasonrl.planning.placement_layout import PlacementError, check_feasible, node_aligned_blocks, plan_groups
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_RECIPES = sorted(p.stem for p in (REPO / "playground").glob("qwen*.py"))

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from reasonrl.dataplane.completion import Completion
-from reasonrl.distributed import memory_model
 from reasonrl.distributed.engine_residency import EngineResidency, EngineStateError
-from reasonrl.distributed.phases import COLOCATED_STEP, RESIDENT, SLEEP_LEVEL, Phase, PhaseMachine, transition_plan
+from reasonrl.distributed.phases import SLEEP_LEVEL, PhaseMachine, transition_plan
+from reasonrl.planning import memory_model
+from reasonrl.planning.device_phases import COLOCATED_STEP, RESIDENT, Phase
 
 
 class _Remote:
@@ -184,6 +185,7 @@ def test_memory_model_evaluates_the_machines_step():
 def test_trainer_serialises_forwards_only_under_colocate_all():
     """StepForwards.experience: ref/critic/policy forwards one after the other on shared devices, concurrent
     otherwise."""
+    from reasonrl.distributed.handles import CriticHandle, PolicyHandle, RefHandle
     from reasonrl.loop.forward_stream import ForwardSettings, StepForwards
 
     def run(colocate_all: bool, reuse: bool = False) -> list[str]:
@@ -208,7 +210,8 @@ def test_trainer_serialises_forwards_only_under_colocate_all():
         settings = ForwardSettings(
             chunk_tokens=16384, temperature=1.0, reuses_current_logprobs=reuse, colocate_all=colocate_all
         )
-        forwards = StepForwards(Group("policy"), Group("ref"), Group("critic"), settings)
+        policy, ref, critic = PolicyHandle(Group("policy")), RefHandle(Group("ref")), CriticHandle(Group("critic"))
+        forwards = StepForwards(policy, ref, critic, settings)
         completions = [Completion(0, 0, prompt_token_ids=[1, 2], token_ids=[3, 4], text="", finish_reason="stop")]
         asyncio.run(forwards.experience(completions))
         return events

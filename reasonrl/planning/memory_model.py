@@ -5,7 +5,7 @@ Qwen2.5 0.5B/1.5B/7B/32B values, since configs cannot be downloaded here) and th
 data-parallel size, offload, bf16, gradient checkpointing, micro-batch token budget, vLLM utilisation, sleep), it
 computes the resident bytes of every component on one device in every phase of a colocated step
 (:data:`COLOCATED_PHASES`, the same sequence :class:`reasonrl.distributed.phases.PhaseMachine` walks, with the same
-residency table :data:`RESIDENT`) and on each device group of a split-placement step.
+residency table :data:`~reasonrl.planning.device_phases.RESIDENT`) and on each device group of a split-placement step.
 
 Formulas (``P`` parameters, ``N`` the role's data-parallel size, ``w`` bytes per weight: 2 in bf16, 4 in fp32,
 ``T`` the micro-batch token budget, ``h`` hidden size, ``I`` intermediate size, ``L`` layers, ``V`` vocabulary):
@@ -56,7 +56,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from reasonrl.distributed.phases import COLOCATED_STEP, RESIDENT, Phase
+from reasonrl.planning.device_phases import COLOCATED_STEP, RESIDENT, Phase
 
 GB = 10**9
 DEVICE_BYTES = 80 * GB

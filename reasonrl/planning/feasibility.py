@@ -1,6 +1,6 @@
 """Whether a Ray cluster's alive nodes can hold a placement request, and the message when they cannot (pure, no Ray).
 
-:func:`reasonrl.distributed.placement.check_feasible` compares the totals and then calls :func:`packing_problems`
+:func:`reasonrl.planning.placement_layout.check_feasible` compares the totals and then calls :func:`packing_problems`
 (bundle slots per node, tensor-parallel blocks on one node); :func:`infeasible_message` writes what was asked, what
 the cluster has, the problems and what to change.
 """
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from reasonrl.distributed.placement import GroupRequest
+    from reasonrl.planning.placement_layout import GroupRequest
 
 EPS = 1e-6
 

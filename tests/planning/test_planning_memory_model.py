@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from reasonrl.distributed import memory_model as mm
-from reasonrl.distributed.phases import COLOCATED_STEP, Phase
+from reasonrl.planning import memory_model as mm
+from reasonrl.planning.device_phases import COLOCATED_STEP, Phase
 
 GB = mm.GB
 
