@@ -5,7 +5,7 @@
     python -m reasonrl.eval pretrain=Qwen/Qwen2.5-7B eval_data=math500_test,aime24 eval_n_samples=16 out_dir=ev
 
 The same pieces as training, built by the same code: Ray and the placement (``reasonrl.distributed.placement``),
-the vLLM engines (``loop.launch.start_vllm_engines``), the data, template and scorer (the ``BasePPOExp`` hooks),
+the vLLM engines (``run.launch.start_vllm_engines``), the data, template and scorer (the ``BasePPOExp`` hooks),
 prompt encoding, sampling, scoring and seeds (``reasonrl.loop.generation.Generator`` and
 ``reasonrl.loop.evaluation.eval_set``, as the trainer's in-loop eval).
 So evaluating a run's starting model with its config reproduces that run's step-0 ``eval/*`` numbers.
@@ -289,8 +289,8 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
     from reasonrl.distributed.placement import build_placement
     from reasonrl.distributed.ray_cluster import check_ray_address, init_ray
     from reasonrl.exp import BasePPOExp
-    from reasonrl.loop.launch import logged, ray_cluster_checked, start_vllm_engines
     from reasonrl.loop.scoring import routing_problems
+    from reasonrl.run.launch import logged, ray_cluster_checked, start_vllm_engines
     from reasonrl.utils.reaper import start_reaper
 
     cfg.validate()
@@ -306,7 +306,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
         raise ConfigError(problems, title="bad eval data")
     tokenizer = AutoTokenizer.from_pretrained(cfg.resolve_model_path(cfg.pretrain))
     template = hooks.build_template(tokenizer)
-    from reasonrl.loop.vision_check import vision_problems
+    from reasonrl.run.vision_check import vision_problems
 
     problems = vision_problems(cfg, tokenizer, template, eval_sets, training=False)  # images: lengths, the model
     if problems:

@@ -8,12 +8,12 @@ Subclass it to change one piece; each hook has one job:
 
 How a run lives (validation, the resume checkpoint, Ray, placement, workers and engines, restarts after a dead
 actor, Ctrl-C / SIGTERM, cleanup) is not this class's job: :meth:`BasePPOExp.run` hands the experiment to
-:class:`reasonrl.loop.lifecycle.ExperimentRunner`, which drives it::
+:class:`reasonrl.run.lifecycle.ExperimentRunner`, which drives it::
 
     validate config, check the resume checkpoint's config.json (before Ray starts) -> every hook called and its
-    result checked, the tokenizer loaded once the data hooks passed (``reasonrl.loop.exp_hooks``, still before Ray)
+    result checked, the tokenizer loaded once the data hooks passed (``reasonrl.run.exp_hooks``, still before Ray)
     -> ray.init -> placement groups -> worker groups (policy, ref, critic, reward model) + vLLM engines
-    (``reasonrl.loop.launch``) -> PPOTrainer.fit() -> shutdown; a dead actor: shut down, restart, resume
+    (``reasonrl.run.launch``) -> PPOTrainer.fit() -> shutdown; a dead actor: shut down, restart, resume
 
 A hook that returns None or the wrong type (a scorer that is not callable, no training rows, a template that
 cannot render the first row) raises ``HookError`` naming the hook before anything starts. A script that calls
@@ -30,13 +30,13 @@ import sys
 from collections.abc import Sequence
 
 from reasonrl.config import BasePPOExpConfig
-from reasonrl.loop.lifecycle import ExperimentRunner
+from reasonrl.run.lifecycle import ExperimentRunner
 from reasonrl.utils.interrupt import TrainingInterrupted
 
 
 class BasePPOExp:
     """An experiment: its config (``cfg``) and the hooks that build its data, reward and prompt template. The hooks
-    are called once per run, before Ray starts, and their results are checked (``reasonrl.loop.exp_hooks``)."""
+    are called once per run, before Ray starts, and their results are checked (``reasonrl.run.exp_hooks``)."""
 
     def __init__(self, cfg: BasePPOExpConfig):
         self.cfg = cfg
@@ -85,7 +85,7 @@ class BasePPOExp:
     # ------------------------------------------------------------------ run
     def run(self) -> dict[str, float]:
         """Validate, build and check the hooks' results, start, train, clean up: the run's lifecycle, driven by
-        :class:`reasonrl.loop.lifecycle.ExperimentRunner` for this experiment. Returns the last step's metrics."""
+        :class:`reasonrl.run.lifecycle.ExperimentRunner` for this experiment. Returns the last step's metrics."""
         return ExperimentRunner(self).run()
 
 

@@ -20,8 +20,8 @@ import ray
 
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 from reasonrl.exp import BasePPOExp
-from reasonrl.loop.exp_hooks import HookError
-from reasonrl.loop.lifecycle import ExperimentRunner
+from reasonrl.run.exp_hooks import HookError
+from reasonrl.run.lifecycle import ExperimentRunner
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = [{"id": f"r{i}", "question": f"{i}+1=", "answer": str(i + 1)} for i in range(8)]
@@ -217,7 +217,7 @@ def test_start_roles_orders_engines_before_deepspeed_under_colocate_all(monkeypa
     report = dict(requested="auto", attn_implementation="sdpa", packing=False, device=device, flash_attn_error=None)
     # each worker's report of the backend it resolved, logged once every role is set up
     monkeypatch.setattr(ray, "get", lambda refs: events.append(("get", *refs)) or [report] * len(refs))
-    from reasonrl.loop.launch import start_roles
+    from reasonrl.run.launch import start_roles
 
     cfg = TinyGRPOCPUConfig(colocate_all=colocate_all)
     with contextlib.ExitStack() as stack:
@@ -248,7 +248,7 @@ def test_a_ray_cluster_error_is_raised_as_the_config_error_on_ray_address():
     """distributed/ has its own error type (it does not import config/); the entry points report it as a ConfigError."""
     from reasonrl.config import ConfigError
     from reasonrl.distributed.ray_cluster import RayClusterError
-    from reasonrl.loop.launch import ray_cluster_checked
+    from reasonrl.run.launch import ray_cluster_checked
 
     with pytest.raises(ConfigError, match=r"no Ray cluster: 1 problem:\n  - ray_address='x:1': nothing there") as info:
         with ray_cluster_checked():

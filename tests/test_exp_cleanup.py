@@ -6,7 +6,7 @@ import contextlib
 import pytest
 from loguru import logger
 
-from reasonrl.loop.launch import logged
+from reasonrl.run.launch import logged
 
 
 def run_with_cleanups(body, ran: list[str], warnings: list[str]) -> None:

@@ -1,6 +1,7 @@
 """The package layout of ARCHITECTURE.md, checked statically: no import cycle between reasonrl modules, and the
-layering: ``dataplane/`` at the bottom, ``distributed/`` below ``config/`` and the loop, the loop (``loop/``) below
-the entry points only, and what ``config/``, ``algos/`` and ``rewards/`` may import.
+layering: ``dataplane/`` at the bottom, ``distributed/`` below ``config/`` and the loop, the loop (``loop/``: the step
+only) below the run layer (``run/``: a run's life, start-up and the checks before start), the run layer below the entry
+points only, and what ``config/``, ``algos/`` and ``rewards/`` may import.
 
 Every ``import`` / ``from ... import`` of every module counts, at the top of the file and inside functions (a lazy
 import is still a dependency), relative ones resolved; imports under ``if TYPE_CHECKING:`` do not (they never run).
@@ -46,6 +47,13 @@ KNOWN_CONFIG_REACH_UP = {
     "reasonrl.data.sources.DataFormatError",  # a malformed data file is a config problem, named with its line
     "reasonrl.data.sources.check_source",  # the file / folder / Hub id of a data field exists
     "reasonrl.data.sources.parse_source",  # the same parser the loaders use (one syntax)
+    "reasonrl.distributed.memory_model",  # memory.py, consistency.py: validate() refuses what cannot fit a GPU
+    # resources.py, mapping.py: the pure placement planner (no Ray), so validate() refuses a plan no cluster can hold
+    "reasonrl.distributed.placement_layout.PlacementError",  # a plan that cannot be placed, as a config problem
+    "reasonrl.distributed.placement_layout.RoleResources",  # BasePPOExpConfig.role_resources() builds them
+    "reasonrl.distributed.placement_layout.VLLMResources",
+    "reasonrl.distributed.placement_layout.check_feasible",  # the plan against the cluster's (or machine's) devices
+    "reasonrl.distributed.placement_layout.plan_groups",  # the placement groups the run will ask Ray for
     # mapping.py: BasePPOExpConfig.worker_config() & co. build the workers' own dataclasses from the fields
     "reasonrl.distributed.ppo_workers.PolicyLossConfig",  # cfg.policy_loss_config()
     "reasonrl.distributed.ppo_workers.ValueLossConfig",  # cfg.value_loss_config()
@@ -62,19 +70,28 @@ CONFIG_BUILDS_ON = {
     "reasonrl.utils.pysource",  # what a Python file defines, read with ast: env_fn refused without importing it
 }
 # The packages distributed/ builds on: it never imports config/ (what a worker, the memory model or the Ray helpers
-# The pure planners (memory model, placement layout, feasibility, device phases): below config/ and distributed/, which
-# both call them; standard library only (checked below), so they import in milliseconds and know no Ray, torch or vLLM.
-PLANNING = "reasonrl.planning"
 # need arrives as plain values or dataclasses of distributed/'s own), the loop, sft/ or an entry point.
 DISTRIBUTED_BUILDS_ON = {
     "reasonrl.algos",  # the workers' losses
     "reasonrl.dataplane",  # what the workers read and return: Experience, RaggedShard, Sample, Completion
     "reasonrl.models",  # HF model helpers: log-probs, critic head, batching, attention choice
     "reasonrl.utils",  # Hub cache, worker logs
-    "reasonrl.planning",  # placement plans, the device phases' residency table
 }
 # The modules at the top of reasonrl/ that users type (python -m ...): the only importers of the loop from outside it.
 ENTRY_POINTS = {"reasonrl.exp", "reasonrl.eval", "reasonrl.demo", "reasonrl.gpu_check", "reasonrl.prepare"}
+# The run layer: between the entry points and the loop. It may import the loop; only the entry points import it.
+RUN_LAYER = "reasonrl.run"
+# What starts, restarts or checks a run before it starts: the run layer's, never imported by the loop, which holds the
+# step only (the step's own Ray calls and checkpoint writes stay in the loop).
+START_UP = {
+    "reasonrl.distributed.failures",  # dead actors -> restart
+    "reasonrl.distributed.model_check",  # the models on every node, before start
+    "reasonrl.distributed.placement",  # placement groups
+    "reasonrl.distributed.ray_cluster",  # ray.init / shutdown
+    "reasonrl.run",
+    "reasonrl.sft",  # the warm start's registration of offline models
+    "reasonrl.utils.reaper",  # workers of a killed driver
+}
 FORBIDDEN_IN_REWARDS = {"ray", "deepspeed", "vllm"}
 
 
@@ -215,7 +232,7 @@ def test_the_scanner_sees_lazy_relative_and_package_imports():
     modules = load_modules()
     graph = module_graph(modules)
     # lazy (function-level) import: the runner's tokenizer loader fills the offline-model registry
-    assert "reasonrl.sft.warm_start" in graph["reasonrl.loop.lifecycle"]
+    assert "reasonrl.sft.warm_start" in graph["reasonrl.run.lifecycle"]
     # importing reasonrl.config.errors from outside runs reasonrl/config/__init__.py first
     assert "reasonrl.config" in graph["reasonrl.sft.config"]
     tree = ast.parse("from . import base\nfrom ..utils import paths\nif TYPE_CHECKING:\n    import torch\n")
@@ -264,7 +281,6 @@ def test_what_config_builds_on_imports_no_reasonrl_module():
 def test_algos_import_torch_only():
     bad = {name: files for name, files in _outside(load_modules(), "algos").items() if _top(name) != "torch"}
     assert not bad, f"algos/ is pure tensor math (torch only): {bad}"
-        and not name.startswith(PLANNING + ".")
 
 
 def test_rewards_import_no_ray_deepspeed_or_vllm():
@@ -276,13 +292,6 @@ def test_rewards_import_no_ray_deepspeed_or_vllm():
 
 def test_the_top_of_reasonrl_holds_entry_points_and_packages_only():
     top = {path.stem for path in PACKAGE_ROOT.glob("*.py")} - {"__init__"}
-def test_the_planners_import_the_standard_library_only():
-    outside = _outside(load_modules(), "planning")
-    assert not outside, (
-        f"planning/ is pure (standard library only: no Ray, torch, vLLM or other reasonrl package): {outside}"
-    )
-
-
     assert {f"reasonrl.{name}" for name in top} == ENTRY_POINTS, (
         "a module at the top of reasonrl/ that is no entry point"
     )
@@ -300,12 +309,43 @@ def test_distributed_imports_neither_config_nor_the_loop():
     assert not bad, f"distributed/ reaches up into {sorted(bad)}; pass plain values or its own dataclasses instead"
 
 
-def test_only_entry_points_import_the_loop():
-    graph = module_graph(load_modules())
-    bad = {
-        module: sorted(t for t in targets if t == "reasonrl.loop" or t.startswith("reasonrl.loop."))
+def _in(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def _importers(graph: dict[str, set[str]], package: str) -> dict[str, list[str]]:
+    """``module -> the modules of package it imports``, for every module outside ``package``."""
+    found = {
+        module: sorted(t for t in targets if _in(t, package))
         for module, targets in graph.items()
-        if module not in ENTRY_POINTS and module != "reasonrl.loop" and not module.startswith("reasonrl.loop.")
+        if not _in(module, package)
+    }
+    return {module: targets for module, targets in found.items() if targets}
+
+
+def test_only_the_run_layer_and_entry_points_import_the_loop():
+    bad = {
+        module: targets
+        for module, targets in _importers(module_graph(load_modules()), "reasonrl.loop").items()
+        if module not in ENTRY_POINTS and not _in(module, RUN_LAYER)
+    }
+    assert not bad, f"the loop is imported only by the run layer and the entry points {sorted(ENTRY_POINTS)}: {bad}"
+
+
+def test_only_entry_points_import_the_run_layer():
+    bad = {m: t for m, t in _importers(module_graph(load_modules()), RUN_LAYER).items() if m not in ENTRY_POINTS}
+    assert not bad, f"the run layer sits under the entry points {sorted(ENTRY_POINTS)} only: {bad}"
+
+
+def test_the_loop_holds_the_step_only():
+    modules = load_modules()
+    graph = module_graph(modules)
+    bad = {
+        module: sorted(t for t in targets if any(_in(t, s) for s in START_UP))
+        for module, targets in graph.items()
+        if _in(module, "reasonrl.loop")
     }
     bad = {module: targets for module, targets in bad.items() if targets}
-    assert not bad, f"the loop is imported only by the entry points {sorted(ENTRY_POINTS)}: {bad}"
+    assert not bad, f"the loop starts, restarts or checks a run (the run layer's job, reasonrl/run/): {bad}"
+    assert all(_in(name, RUN_LAYER) for name in START_UP if name.startswith("reasonrl.run"))
+    assert {"reasonrl.run.lifecycle", "reasonrl.run.launch"} <= set(modules)

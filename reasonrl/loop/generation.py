@@ -159,7 +159,7 @@ class Generator:
 
         A row with images (vision-language model) keeps one image placeholder per image, written as the model's
         chat template writes it; vLLM expands each into the image's tokens. Its prompt is never cut (that would cut
-        image tokens): the check before start-up (``reasonrl.loop.vision_check``) bounds its expanded length."""
+        image tokens): the check before start-up (``reasonrl.run.vision_check``) bounds its expanded length."""
         ids = []
         for row in rows:
             text = self.template.render(row)

@@ -219,7 +219,7 @@ def test_resume_loads_the_commit_its_checkpoint_pinned_not_todays_main(offline_h
     same ``pretrain=owner/name`` loads the checkpoint's commit, and a fresh run the new ``main``."""
     from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
     from reasonrl.exp import BasePPOExp
-    from reasonrl.loop.lifecycle import ExperimentRunner
+    from reasonrl.run.lifecycle import ExperimentRunner
 
     def config(**kw):
         return TinyGRPOCPUConfig(pretrain=REPO, ckpt_dir=str(tmp_path / "ckpt"), log_dir=str(tmp_path / "l"), **kw)

@@ -175,8 +175,8 @@ def test_route_names_match_the_trainer_routing():
 def test_a_config_over_code_data_validates_and_malformed_data_is_refused_before_starting(tmp_path):
     from reasonrl.config import BasePPOExpConfig
     from reasonrl.exp import BasePPOExp
-    from reasonrl.loop.exp_hooks import HookError, build_inputs
     from reasonrl.loop.scoring import routing_problems
+    from reasonrl.run.exp_hooks import HookError, build_inputs
 
     good = _jsonl(tmp_path / "train.jsonl", [{"id": f"p{i}", "question": f"q{i}", "tests": STDIO} for i in range(4)])
     base = dict(pretrain="tiny", device="cpu", generate_max_len=512, rollout_batch_size=4)

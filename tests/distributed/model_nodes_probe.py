@@ -12,7 +12,7 @@ Steps, each recorded in OUT.json:
 
 1. the driver pins ``tiny-org/tiny-qwen`` to its commit; a placement of a policy rank and a vLLM engine (one CPU
    bundle each, on nodes of one CPU) puts one on each node;
-2. the pre-flight check of a real run (``reasonrl.loop.launch.check_models_on_nodes`` of a ``TinyGRPOCPUConfig`` whose
+2. the pre-flight check of a real run (``reasonrl.run.launch.check_models_on_nodes`` of a ``TinyGRPOCPUConfig`` whose
    ``pretrain`` is the Hub id): a ConfigError naming node B only;
 3. the snapshot copied into ``cache_b``: the check passes and each node resolved the id to its own cache's folder;
 4. an actor with the options of the role placed on node B resolves the pinned id there and reads the model's config
@@ -94,7 +94,7 @@ def _steps(cache_a: Path, cache_b: Path) -> dict:
     from reasonrl.config import ConfigError
     from reasonrl.distributed.model_check import check_models_on_nodes
     from reasonrl.distributed.placement import RoleResources, VLLMResources, build_placement
-    from reasonrl.loop.launch import check_models_on_nodes as check_before_start
+    from reasonrl.run.launch import check_models_on_nodes as check_before_start
 
     out: dict = {}
     nodes = {n["NodeID"]: n for n in ray.nodes() if n["Alive"]}

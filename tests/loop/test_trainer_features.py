@@ -19,11 +19,11 @@ import pytest
 
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 from reasonrl.exp import BasePPOExp
-from reasonrl.loop.exp_hooks import build_inputs
-from reasonrl.loop.lifecycle import ExperimentRunner
 from reasonrl.loop.scoring import UserFnScorer
 from reasonrl.loop.trainer import PPOTrainer, Roles
 from reasonrl.models import named as _named  # noqa: F401  registers pretrain=tiny (resolved below, outside run())
+from reasonrl.run.exp_hooks import build_inputs
+from reasonrl.run.lifecycle import ExperimentRunner
 from reasonrl.utils.checkpoint import CheckpointManager
 from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
 from reasonrl.utils.scalars import known_scalar

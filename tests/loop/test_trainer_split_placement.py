@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from reasonrl.exp import BasePPOExp
-from reasonrl.loop.lifecycle import ExperimentRunner
+from reasonrl.run.lifecycle import ExperimentRunner
 from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
 
 pytestmark = pytest.mark.integration

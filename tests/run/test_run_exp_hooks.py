@@ -10,7 +10,7 @@ import pytest
 
 from reasonrl.config import ConfigError
 from reasonrl.data import get_template
-from reasonrl.loop.exp_hooks import HookError, build_inputs
+from reasonrl.run.exp_hooks import HookError, build_inputs
 
 ROWS = [{"id": f"r{i}", "question": f"{i}+1=", "answer": str(i + 1)} for i in range(4)]
 HELDOUT = [{"id": f"h{i}", "question": f"{i}+7=", "answer": str(i + 7)} for i in range(2)]  # no training question

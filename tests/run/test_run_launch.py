@@ -1,4 +1,4 @@
-"""``reasonrl.loop.launch.start_roles``: the order of start-up calls (issue 39, item 6).
+"""``reasonrl.run.launch.start_roles``: the order of start-up calls (issue 39, item 6).
 
 Under ``colocate_all`` on GPUs, DeepSpeed's process groups (``WorkerGroup(...)`` blocks in ``init_process_group``, which
 NCCL with ``device_id`` sets up eagerly, allocating device memory: ``deepspeed/comm/torch.py`` ~276-282) must start only
@@ -26,7 +26,7 @@ def _record_start_up(monkeypatch, *, colocate_all: bool, device: str) -> list[st
     """Run ``start_roles`` on fakes; return the calls in the order they were made (``get:<refs>`` where the driver
     waited)."""
     from reasonrl.distributed import vllm_engine, worker_group
-    from reasonrl.loop.launch import start_roles
+    from reasonrl.run.launch import start_roles
 
     events: list[str] = []
 

@@ -12,7 +12,7 @@ import reasonrl.models.named  # noqa: F401  (registers tiny-vlm: the runners imp
 from playground.vision_grpo_cpu import VisionGRPOCPUConfig
 from reasonrl.config import ConfigError
 from reasonrl.exp import BasePPOExp
-from reasonrl.loop.exp_hooks import build_inputs
+from reasonrl.run.exp_hooks import build_inputs
 
 
 def refusal(cfg, exp_cls=BasePPOExp) -> str:

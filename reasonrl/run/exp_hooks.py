@@ -17,7 +17,7 @@ reward worker processes), ``build_scorer``, and checks what each returned:
 * with ``env_fn`` (multi-turn): the environment imports and has ``reset`` / ``step``, the tools exist, and the
   tokenizer's chat template can frame tool messages;
 * rows with images: a vision-language model, every prompt within ``max_prompt_len`` with its image tokens
-  (:mod:`reasonrl.loop.vision_check`).
+  (:mod:`reasonrl.run.vision_check`).
 
 A hook that returns None or the wrong type raises :class:`HookError` naming the hook, what it returned and what
 it must return. The scorer built here is the one the trainer uses.
@@ -219,7 +219,7 @@ def build_inputs(exp, tokenizer=None, *, load_tokenizer: Callable[[], Any] | Non
         if problems:
             raise ConfigError(problems, title="multi-turn rollouts cannot start")
     if cfg is not None and hasattr(cfg, "freeze_vision_tower"):  # images: a VLM, lengths with image tokens
-        from reasonrl.loop.vision_check import vision_problems
+        from reasonrl.run.vision_check import vision_problems
 
         problems = vision_problems(cfg, tokenizer, template, {"train_data": train_rows, **eval_sets})
         if problems:

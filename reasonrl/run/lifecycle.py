@@ -4,8 +4,8 @@ The experiment (a ``reasonrl.exp.BasePPOExp``, or any object with a ``cfg`` and 
 on: data, reward, template. The runner owns HOW a run lives and ends, none of which a user overrides::
 
     validate -> resume checkpoint resolved and checked (before Ray) -> every hook called and checked
-    (``reasonrl.loop.exp_hooks``; the tokenizer is loaded once the data hooks passed) -> stop signals, reaper
-    -> attempt 0: start (``reasonrl.loop.launch.start_attempt``) -> load the checkpoint -> PPOTrainer.fit()
+    (``reasonrl.run.exp_hooks``; the tokenizer is loaded once the data hooks passed) -> stop signals, reaper
+    -> attempt 0: start (``reasonrl.run.launch.start_attempt``) -> load the checkpoint -> PPOTrainer.fit()
     -> an actor died (killed engine or DeepSpeed rank)? everything of the attempt shut down, attempt 1 resumes
        from the newest checkpoint, ... up to ``cfg.max_restarts`` times
     -> cleanup on every exit path (exit stacks: engines, workers, placement, Ray, tracker, scorer)
@@ -23,8 +23,8 @@ from pathlib import Path
 from loguru import logger
 
 from reasonrl.config import BasePPOExpConfig
-from reasonrl.loop.exp_hooks import ExpInputs, build_inputs
-from reasonrl.loop.launch import logged, ray_cluster_checked, start_attempt
+from reasonrl.run.exp_hooks import ExpInputs, build_inputs
+from reasonrl.run.launch import logged, ray_cluster_checked, start_attempt
 from reasonrl.utils.interrupt import StopSignals, TrainingInterrupted
 from reasonrl.utils.reaper import start_reaper
 
@@ -164,7 +164,7 @@ class ExperimentRunner:
         return AutoTokenizer.from_pretrained(cfg.resolve_model_path(cfg.pretrain))
 
     def start(self, stack: contextlib.ExitStack, inputs: ExpInputs) -> None:
-        """Start one attempt (:func:`reasonrl.loop.launch.start_attempt`) on ``stack``; sets :attr:`trainer`."""
+        """Start one attempt (:func:`reasonrl.run.launch.start_attempt`) on ``stack``; sets :attr:`trainer`."""
         self.trainer = start_attempt(self.cfg, stack, inputs, self.resume_checkpoint())
 
     async def fit(self) -> dict[str, float]:

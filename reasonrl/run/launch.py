@@ -1,6 +1,6 @@
 """One attempt of a run, started: Ray, the placement, the workers and engines, the tracker and the trainer.
 
-:func:`start_attempt` is what :class:`reasonrl.loop.lifecycle.ExperimentRunner` calls once per attempt (the first
+:func:`start_attempt` is what :class:`reasonrl.run.lifecycle.ExperimentRunner` calls once per attempt (the first
 one, and again after a dead actor): every resource it starts is registered on the attempt's exit stack, last
 started first stopped (:func:`logged`: a failing cleanup is logged and the others still run). The pieces are plain
 functions of the config so that ``reasonrl.eval`` starts its engines with the same code.
@@ -20,7 +20,7 @@ from typing import Any
 from loguru import logger
 
 from reasonrl.config import BasePPOExpConfig
-from reasonrl.loop.exp_hooks import ExpInputs
+from reasonrl.run.exp_hooks import ExpInputs
 
 
 @contextlib.contextmanager
