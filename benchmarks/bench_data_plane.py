@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from reasonrl.dataplane.experience import FLOAT_FIELDS, Experience
-from reasonrl.loop.mini_batches import mini_batch_counts, mini_batch_order, rank_mini_batches, stitch_rank_outputs
+from reasonrl.dataplane.sharding import stitch_rank_outputs
+from reasonrl.loop.mini_batches import mini_batch_counts, mini_batch_order, rank_mini_batches
 
 
 def synthetic_step(num_samples: int, max_len: int, seed: int = 0) -> Experience:

@@ -686,9 +686,9 @@ def test_worker_and_loss_configs(tmp_path):
     assert not good(policy_epochs=2).reuses_current_logprobs
 
     loss = cfg.policy_loss_config()
-    assert (loss.kl_loss_coef, loss.norm_constant, loss.agg_mode) == (1e-3, 512.0, "seq-mean-token-sum-norm")
-    assert good().policy_loss_config().kl_loss_coef == 0.0
-    assert good(kl_mode="reward", init_kl_coef=0.1).policy_loss_config().kl_loss_coef == 0.0
+    assert (loss.norm_constant, loss.agg_mode) == (512.0, "seq-mean-token-sum-norm")
+    # one source for the KL loss coefficient: the KL controller's value, sent with each update (tests/loop)
+    assert not hasattr(loss, "kl_loss_coef") and not hasattr(loss, "entropy_coef")
     assert good().policy_loss_config().norm_constant is None
     value = good(value_clip=None).value_loss_config()
     assert value.clip_eps is None and value.agg_mode == "seq-mean-token-mean"

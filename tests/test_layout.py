@@ -55,8 +55,8 @@ KNOWN_CONFIG_REACH_UP = {
     "reasonrl.distributed.placement_layout.check_feasible",  # the plan against the cluster's (or machine's) devices
     "reasonrl.distributed.placement_layout.plan_groups",  # the placement groups the run will ask Ray for
     # mapping.py: BasePPOExpConfig.worker_config() & co. build the workers' own dataclasses from the fields
-    "reasonrl.distributed.ppo_workers.PolicyLossConfig",  # cfg.policy_loss_config()
-    "reasonrl.distributed.ppo_workers.ValueLossConfig",  # cfg.value_loss_config()
+    "reasonrl.algos.loss_settings.PolicyLossConfig",  # cfg.policy_loss_config(): the losses' settings, once per run
+    "reasonrl.algos.loss_settings.ValueLossConfig",  # cfg.value_loss_config()
     "reasonrl.distributed.ppo_workers.WorkerConfig",  # cfg.worker_config(role)
     "reasonrl.rewards.shaping.RewardConfig",  # cfg.reward_config(): the reward shaping's own dataclass
     "reasonrl.rewards.code.CodeRewardConfig",  # cfg.code_reward_config(): the code reward's own dataclass

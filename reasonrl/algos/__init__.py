@@ -4,6 +4,8 @@ Modules, one job each:
 
 * ``advantages``    advantage estimators (registry ``ADVANTAGE_ESTIMATORS``, ``get_advantage_estimator``)
 * ``policy_losses`` policy losses (registry ``POLICY_LOSSES``, ``get_policy_loss``) and the clipped value loss
+* ``loss_settings`` the losses' settings of a run (``PolicyLossConfig``, ``ValueLossConfig``) and a step's
+  coefficients (``PolicyStepCoefs``: KL loss, entropy bonus)
 * ``aggregation``   loss aggregation modes (``AGG_MODES``, ``aggregate_loss``)
 * ``kl``            KL estimators (``KL_ESTIMATORS``), KL loss / KL-in-reward, KL controllers
 * ``entropy``       chunked entropy from logits, entropy bonus, Skywork-OR1 adaptive entropy controller

@@ -496,7 +496,8 @@ class BasePPOExpConfig(DerivedValues):
         return mapping.worker_config(self, role, num_rollout_steps=num_rollout_steps, **extra)
 
     def policy_loss_config(self):
-        """``PolicyLossConfig``: the KL loss coefficient is ``init_kl_coef`` only under ``kl_mode='loss'``."""
+        """``PolicyLossConfig`` (``reasonrl.algos.loss_settings``), built once per run; the KL loss and entropy
+        coefficients are not in it: they travel with each update (``PolicyStepCoefs``, from the controllers)."""
         return mapping.policy_loss_config(self)
 
     def value_loss_config(self):

@@ -117,7 +117,7 @@ def worker_config(cfg: BasePPOExpConfig, role: str, *, num_rollout_steps: int | 
 
 def policy_loss_config(cfg: BasePPOExpConfig):
     """See :meth:`BasePPOExpConfig.policy_loss_config`."""
-    from reasonrl.distributed.ppo_workers import PolicyLossConfig
+    from reasonrl.algos.loss_settings import PolicyLossConfig
 
     return PolicyLossConfig(
         loss=cfg.policy_loss,
@@ -126,9 +126,7 @@ def policy_loss_config(cfg: BasePPOExpConfig):
         dual_clip_c=cfg.dual_clip_c,
         agg_mode=cfg.agg_mode,
         norm_constant=cfg.resolved_loss_norm_constant,
-        kl_loss_coef=cfg.init_kl_coef if cfg.kl_mode == "loss" else 0.0,
         kl_estimator=cfg.kl_estimator,
-        entropy_coef=cfg.entropy_coef,
         temperature=cfg.temperature,
         reuse_current_logprobs=cfg.reuses_current_logprobs,
         rollout_correction=cfg.rollout_correction,
@@ -140,7 +138,7 @@ def policy_loss_config(cfg: BasePPOExpConfig):
 
 def value_loss_config(cfg: BasePPOExpConfig):
     """See :meth:`BasePPOExpConfig.value_loss_config`."""
-    from reasonrl.distributed.ppo_workers import ValueLossConfig
+    from reasonrl.algos.loss_settings import ValueLossConfig
 
     return ValueLossConfig(
         clip_eps=cfg.value_clip, agg_mode=cfg.agg_mode, norm_constant=cfg.resolved_loss_norm_constant

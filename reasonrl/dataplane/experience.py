@@ -20,7 +20,8 @@ int32 token ids, int32 lengths, flat float32 per-token fields over the response 
 the response tokens when it differs from the span), sent once per step.
 
 Data plane: the loop (:mod:`reasonrl.loop`) builds these, the workers (:mod:`reasonrl.distributed.ppo_workers`) read
-them; this module imports neither (torch and numpy only). The mini-batch plan of a step is the loop's
+them; this module imports neither (torch and numpy only). Cutting a step into the ranks' shards and putting their
+outputs back together is :mod:`reasonrl.dataplane.sharding`; the mini-batch plan of a step is the loop's
 (:mod:`reasonrl.loop.mini_batches`).
 """
 
@@ -32,6 +33,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+
+from reasonrl.dataplane.sharding import flatten_padded, padded_from_flat, token_balanced_shards
 
 Sample = tuple[list[int], list[int]]  # (prompt token ids, response token ids)
 
@@ -268,50 +271,3 @@ def _gather_segments(flat: torch.Tensor, starts: torch.Tensor, lengths: torch.Te
     total = int(lengths.sum())
     within = torch.arange(total) - torch.repeat_interleave(_starts(lengths), lengths, output_size=total)
     return flat[torch.repeat_interleave(starts, lengths, output_size=total) + within]
-
-
-def flatten_padded(padded: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """``[n, T]`` right-padded rows -> float32 ``[sum_i lengths[i]]``: the first ``lengths[i]`` values of each row."""
-    lengths = lengths.long()
-    width = int(lengths.max()) if len(lengths) else 0
-    if width > padded.shape[1]:
-        raise ValueError(f"rows of {padded.shape[1]} columns for responses of up to {width} tokens")
-    mask = torch.arange(width)[None, :] < lengths[:, None]
-    return padded[:, :width][mask].to(torch.float32)
-
-
-def padded_from_flat(flat: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:
-    """Inverse of :func:`flatten_padded`: float32 ``[sum_i lengths[i]]`` -> ``[n, width]``, zeros at padding (values
-    past ``width`` are cut)."""
-    lengths = lengths.long()
-    full = max(int(lengths.max()) if len(lengths) else 0, width)
-    out = torch.zeros(len(lengths), full, dtype=torch.float32)
-    out[torch.arange(full)[None, :] < lengths[:, None]] = flat.to(torch.float32).reshape(-1)
-    return out[:, :width]
-
-
-def token_balanced_shards(lengths: Sequence[int], num_shards: int) -> list[list[int]]:
-    """Split samples over ``num_shards`` data-parallel ranks with equal counts (sizes differ by at most one) and
-    nearly equal tokens, so no rank waits on another holding all the long chains of thought.
-
-    Greedy longest-first: each sample, longest first, goes to the rank with the fewest tokens among those with room
-    left (the first ``len % num_shards`` ranks hold one sample more). Deterministic (ties by index). The loss is
-    normalised by global token/sequence counts, so which rank holds a sample changes only the float summation order.
-
-    Args:
-        lengths: tokens per sample (prompt + response), ``[batch]``.
-    Returns:
-        ``num_shards`` lists of sample indices, each in ascending (batch) order; together a partition of the batch.
-    """
-    if num_shards <= 0:
-        raise ValueError(f"num_shards must be > 0, got {num_shards}")
-    base, extra = divmod(len(lengths), num_shards)
-    room = [base + (1 if s < extra else 0) for s in range(num_shards)]
-    tokens = [0] * num_shards
-    shards: list[list[int]] = [[] for _ in range(num_shards)]
-    for i in sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i)):
-        s = min((s for s in range(num_shards) if room[s]), key=lambda s: (tokens[s], s))
-        shards[s].append(i)
-        tokens[s] += int(lengths[i])
-        room[s] -= 1
-    return [sorted(shard) for shard in shards]

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from loguru import logger
 
+from reasonrl.algos.loss_settings import PolicyLossConfig, PolicyStepCoefs, ValueLossConfig
 from reasonrl.dataplane.experience import Experience, RaggedShard, Sample, flatten_padded
 from reasonrl.distributed import deepspeed_engine as ds
 from reasonrl.distributed import hf_export
@@ -81,38 +82,6 @@ class WorkerConfig:
         return LoraSettings(self.lora_rank, self.lora_alpha, self.lora_dropout, targets)
 
 
-@dataclasses.dataclass
-class PolicyLossConfig:
-    """Policy-update settings (see docs/algorithms.md for every name)."""
-
-    loss: str = "ppo"
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    dual_clip_c: float | None = None
-    agg_mode: str = "token-mean"
-    norm_constant: float | None = None
-    kl_loss_coef: float = 0.0
-    kl_estimator: str = "k3"
-    entropy_coef: float = 0.0
-    temperature: float = 1.0
-    # The old policy is the current one (one optimizer step per rollout): take the update's own log-probs,
-    # detached, as the PPO ratio's denominator instead of a separate forward (the ratio is exactly 1).
-    reuse_current_logprobs: bool = False
-    # Rollout-policy correction (reasonrl.algos.rollout_correction) against the engine's log-probs of the sampled
-    # tokens: "off", "monitor" (metrics only, weight 1), or a mode of ROLLOUT_CORRECTION_MODES other than "none".
-    rollout_correction: str = "off"
-    rollout_correction_cap: float = 2.0
-    rollout_correction_lower: float | None = None
-    rollout_correction_upper: float | None = None
-
-
-@dataclasses.dataclass
-class ValueLossConfig:
-    clip_eps: float | None = 0.2
-    agg_mode: str = "token-mean"
-    norm_constant: float | None = None
-
-
 def equalised_micro_batches(
     samples: Sequence[Sample], max_tokens: int, device="cpu", *, padded: bool = False
 ) -> list[list[int]]:
@@ -137,6 +106,7 @@ def equalised_micro_batches(
 
 
 DUMMY_SAMPLE: Sample = ([0, 0], [0])
+NO_STEP_COEFS = PolicyStepCoefs()  # no KL loss, no entropy bonus
 AGG_KWARGS = ("agg_mode", "global_num_tokens", "global_num_seqs", "norm_constant")
 
 
@@ -222,14 +192,19 @@ class _ModelWorker(DistributedWorker):
         self._step_data = (step, shard)
         return len(shard)
 
-    def update_mini_batch(self, indices: Sequence[int], step: int, cfg, global_tokens: int, global_seqs: int):
+    def update_mini_batch(
+        self, indices: Sequence[int], step: int, cfg, global_tokens: int, global_seqs: int, coefs=None
+    ) -> dict[str, float]:
         """:meth:`update` over the samples ``indices`` (positions in the shard :meth:`set_step_data` kept for
-        ``step``; possibly none: the rank still takes part in the collective step). Collective."""
+        ``step``; possibly none: the rank still takes part in the collective step). Collective. ``coefs``: the
+        policy's :class:`PolicyStepCoefs` of this step (None for the critic, whose loss has none)."""
         held = getattr(self, "_step_data", None)
         if held is None or held[0] != step:
             raise RuntimeError(f"update_mini_batch: no data for step {step} (set_step_data first)")
         # one conversion to a padded Experience; the micro-batches then only slice it
-        return self.update(held[1].subset(indices).to_experience(), cfg, global_tokens, global_seqs)
+        experience = held[1].subset(indices).to_experience()
+        per_step = () if coefs is None else (coefs,)
+        return self.update(experience, cfg, global_tokens, global_seqs, *per_step)
 
     def _train_ds_config(self, micro_batch_size: int = 1) -> dict[str, Any]:
         c = self.config
@@ -341,8 +316,16 @@ class PolicyWorker(_ModelWorker):
         with adapter_disabled(self.engine.module):
             return self.ragged_logprobs(shard, temperature)
 
-    def update(self, experience: Experience | RaggedShard, cfg: PolicyLossConfig, global_tokens: int, global_seqs: int):
+    def update(
+        self,
+        experience: Experience | RaggedShard,
+        cfg: PolicyLossConfig,
+        global_tokens: int,
+        global_seqs: int,
+        coefs: PolicyStepCoefs = NO_STEP_COEFS,
+    ):
         """One optimizer step over this rank's part of the mini-batch (all micro-batches accumulated). Collective.
+        ``cfg``: the run's loss settings; ``coefs``: this step's KL-loss and entropy coefficients (none by default).
 
         Returns token-weighted metric means of this rank plus ``loss_share``: this rank's part of the global
         mini-batch loss (the shares of all ranks sum to the loss of the whole mini-batch).
@@ -389,15 +372,15 @@ class PolicyWorker(_ModelWorker):
                     **dict(zip(AGG_KWARGS, agg, strict=True)),
                 )
                 stats |= correction_stats
-                if cfg.kl_loss_coef:
+                if coefs.kl_loss_coef:
                     ref = mb.ref_logprobs.to(logprobs)
                     kl, kl_stats = kl_loss(
                         logprobs, ref, mask, estimator=cfg.kl_estimator, **dict(zip(AGG_KWARGS, agg, strict=True))
                     )
-                    loss = loss + cfg.kl_loss_coef * kl
+                    loss = loss + coefs.kl_loss_coef * kl
                     stats |= kl_stats
-                if cfg.entropy_coef:
-                    loss = loss - cfg.entropy_coef * aggregate_loss(entropy, mask, *agg)
+                if coefs.entropy_coef:
+                    loss = loss - coefs.entropy_coef * aggregate_loss(entropy, mask, *agg)
             ds.backward(self.engine, loss * weight * self.world_size, is_last=i == len(micro_batches) - 1)
             loss_share += float(loss.detach()) * weight
             n = int(mask.sum()) if idx else 0

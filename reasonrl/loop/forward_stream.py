@@ -27,8 +27,8 @@ import torch
 
 from reasonrl.dataplane.completion import Completion
 from reasonrl.dataplane.experience import Experience, padded_from_flat
-from reasonrl.distributed.worker_group import gather_all, put_per_rank
-from reasonrl.loop.mini_batches import stitch_rank_outputs
+from reasonrl.dataplane.sharding import RankShards
+from reasonrl.distributed.handles import CriticHandle, PolicyHandle, RefHandle, RoleHandle
 
 # run_chunk(samples) -> {role: [len(samples), max response length of the chunk] float tensor, or None}
 RunChunk = Callable[[list[Completion]], Awaitable[dict[str, torch.Tensor | None]]]
@@ -201,12 +201,14 @@ class StepForwards:
     policy's old log-probs, chunk by chunk, into the step's :class:`Experience`.
 
     Args:
-        policy, ref, critic: the role worker groups (``ref`` / ``critic`` None when the role is disabled; with
-            ``settings.reference_in_policy`` the policy group computes the reference's log-probs).
+        policy, ref, critic: the roles' handles (``ref`` / ``critic`` None when the role is disabled; with
+            ``settings.reference_in_policy`` the policy computes the reference's log-probs).
         settings: the config values the forwards read.
     """
 
-    def __init__(self, policy, ref, critic, settings: ForwardSettings):
+    def __init__(
+        self, policy: PolicyHandle, ref: RefHandle | None, critic: CriticHandle | None, settings: ForwardSettings
+    ):
         self.policy, self.ref, self.critic, self.settings = policy, ref, critic, settings
 
     def chunks(self, *, streamed: bool) -> ForwardChunks:
@@ -238,40 +240,29 @@ class StepForwards:
         response. All roles at once under split placement, one after the other under colocate_all (they share the
         devices: one activation peak).
 
-        Each rank gets its token-balanced shard as a :class:`RaggedShard` of token ids, put in the object store once
-        per world size (roles of the same size share the refs), and returns flat per-response-token outputs."""
+        Each rank gets its token-balanced shard of token ids (:meth:`RoleHandle.shard`), put in the object store once
+        per world size (roles of the same size share it); the handles return the outputs stitched in batch order."""
         s = self.settings
-        exp, lengths, width = response_experience(completions)
-        calls = {}  # role -> (group, method, args)
+        exp, _, _ = response_experience(completions)
+        shards: dict[int, RankShards] = {}  # world size -> the chunk cut and put once, shared by roles of that size
+
+        def cut(role: RoleHandle) -> RankShards:
+            if role.world_size not in shards:
+                shards[role.world_size] = role.shard(exp, with_fields=False)
+            return shards[role.world_size]
+
+        calls: dict[str, Callable[[], Awaitable[torch.Tensor]]] = {}  # role -> its forward, launched when called
         if not s.reuses_current_logprobs:  # else the update takes its own log-probs
-            calls["policy"] = (self.policy, "ragged_logprobs", (s.temperature,))
+            calls["policy"] = lambda: self.policy.logprobs(cut(self.policy), s.temperature)
         if s.reference_in_policy:  # LoRA: the base model is the policy with its adapter switched off
-            calls["ref"] = (self.policy, "ragged_ref_logprobs", (s.temperature,))
+            calls["ref"] = lambda: self.policy.ref_logprobs(cut(self.policy), s.temperature)
         elif self.ref is not None:
-            calls["ref"] = (self.ref, "ragged_logprobs", (s.temperature,))
+            calls["ref"] = lambda: self.ref.logprobs(cut(self.ref), s.temperature)
         if self.critic is not None:
-            calls["critic"] = (self.critic, "ragged_values", ())
-        token_shards: dict[int, tuple[list[list[int]], list]] = {}  # world size -> (indices, one ref per rank)
-
-        async def job(group, method, args):
-            """The role's output in batch order: each rank's flat output placed back at its shard's rows."""
-            if group.world_size not in token_shards:
-                token_shards[group.world_size] = put_rank_shards(exp, group.world_size, with_fields=False)
-            shards, refs = token_shards[group.world_size]
-            parts = await gather_all(group.call_sharded_async(method, refs, *args))
-            return stitch_rank_outputs([p[0] if isinstance(p, tuple) else p for p in parts], lengths, width, shards)
-
+            calls["critic"] = lambda: self.critic.values(cut(self.critic))
         if s.colocate_all:
-            done = {name: await job(*call) for name, call in calls.items()}
+            done = {name: await call() for name, call in calls.items()}
         else:
-            jobs = {name: job(*call) for name, call in calls.items()}
+            jobs = {name: call() for name, call in calls.items()}
             done = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
         return {role: done.get(role) for role in ("policy", "ref", "critic")}
-
-
-def put_rank_shards(exp: Experience, world_size: int, *, with_fields: bool) -> tuple[list[list[int]], list]:
-    """``(indices, refs)``: each rank's token-balanced sample indices (``Experience.shard_indices``) and its
-    :class:`RaggedShard` put in the object store once (token ids only, or with every per-token field). The
-    forwards send token ids alone (the fields do not exist yet); the update sends both, once per step."""
-    shards = exp.shard_indices(world_size)
-    return shards, put_per_rank([exp.ragged(idx, with_fields=with_fields) for idx in shards])

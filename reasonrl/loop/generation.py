@@ -22,10 +22,10 @@ import torch
 
 from reasonrl.data.images import with_model_placeholder
 from reasonrl.dataplane.completion import Completion
-from reasonrl.distributed.worker_group import gather_all
+from reasonrl.distributed.handles import EngineHandle, RewardModelHandle
 from reasonrl.loop.multi_turn import EnvTimes, MultiTurnRollout, MultiTurnSettings
 from reasonrl.loop.rollout_stream import OnReady, score_as_they_arrive
-from reasonrl.utils.even_split import even_bounds, even_parts
+from reasonrl.utils.even_split import even_bounds
 from reasonrl.utils.rng import derive_seed
 
 # A scorer turns completions (+ their data rows) into objects with .reward/.correct/.reason (RewardResult).
@@ -112,7 +112,7 @@ class Generator:
             a time across every concurrent call of this generator, so a user reward function need not be
             thread-safe.
         settings: the config values generation reads.
-        reward_model: the learned reward model's worker group, or None; its score is added to each final reward.
+        reward_model: the learned reward model's handle, or None; its score is added to each final reward.
         reward_model_encoder: maps policy ``(prompt_ids, response_ids)`` samples to the reward model's vocabulary
             (``reasonrl.models.reward_inputs``); None when both share the tokenizer.
     """
@@ -125,10 +125,11 @@ class Generator:
         template,
         scorer: Scorer,
         settings: GenerationSettings,
-        reward_model=None,
+        reward_model: RewardModelHandle | None = None,
         reward_model_encoder: Callable | None = None,
     ):
-        self.engines, self.tokenizer, self.template, self.scorer = list(engines), tokenizer, template, scorer
+        self.engines = [EngineHandle(engine) for engine in engines]
+        self.tokenizer, self.template, self.scorer = tokenizer, template, scorer
         self.settings, self.reward_model, self.reward_model_encoder = settings, reward_model, reward_model_encoder
         self._scorer_lock = threading.Lock()
         self.multi_turn = None if settings.multi_turn is None else MultiTurnRollout(settings.multi_turn, tokenizer)
@@ -217,11 +218,10 @@ class Generator:
                 lock = self.engine_locks()[e]
                 parts.append(self.multi_turn.engine_part(engine, rows_here, ids, bounds[e], sampling, times, lock))
                 continue
-            args = (ids, sampling) if images is None else (ids, sampling, images)  # images: a vision-language model
-            if s.stream_rollout:  # launched now, on every engine at once; read as it comes
-                launched = engine.generate_stream.options(num_returns="streaming").remote(*args)
+            if s.stream_rollout:  # launched now, on every engine at once; read as it comes (images: a VLM's)
+                launched = engine.generate_stream(ids, sampling, images)
             else:
-                launched = engine.generate.remote(*args)
+                launched = engine.generate(ids, sampling, images)
             parts.append(_engine_parts(launched, bounds[e], streamed=s.stream_rollout, images=images))
         return parts
 
@@ -290,20 +290,18 @@ class Generator:
         samples = [(c.prompt_token_ids, c.token_ids) for c in completions]
         if self.reward_model_encoder is not None:
             samples = self.reward_model_encoder(samples)
-        group = self.reward_model
-        parts = await gather_all(group.call_sharded_async("score", even_parts(samples, group.world_size)))
-        return torch.cat([p.float() for p in parts])
+        return await self.reward_model.scores(samples)
 
 
 async def _engine_parts(launched, offset: int, *, streamed: bool, images: Sequence | None = None):
     """One engine's completions as they come (see ``Generator.start_generation``), prompt_index + ``offset``:
-    ``launched`` is the ref of ``generate`` (one part) or the ref generator of ``generate_stream``. ``images``:
-    the images of the engine's prompts (its part of the rows), given to each completion of a prompt."""
+    ``launched`` is what ``EngineHandle.generate`` returns (one part) or ``generate_stream`` (parts as they come).
+    ``images``: the images of the engine's prompts (its part of the rows), given to each completion of a prompt."""
     if not streamed:
         yield _with_prompt_offset(await launched, offset, images)
         return
-    async for ref in launched:
-        yield _with_prompt_offset(await ref, offset, images)
+    async for part in launched:
+        yield _with_prompt_offset(part, offset, images)
 
 
 def _with_prompt_offset(part: Sequence[Completion], offset: int, images: Sequence | None = None) -> list[Completion]:

@@ -1,5 +1,5 @@
-"""The mini-batches of a step's updates, cut after dispatch on each rank's shard, and the ranks' forward outputs put
-back into one ``[batch, T]`` tensor (the loop's side of :mod:`reasonrl.dataplane.experience`)."""
+"""The mini-batches of a step's updates, cut after dispatch on each rank's shard (the shards themselves, and the
+ranks' outputs put back together, are :mod:`reasonrl.dataplane.sharding`'s)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 import torch
 
-from reasonrl.dataplane.experience import padded_from_flat
 from reasonrl.utils.rng import derive_seed
 
 
@@ -62,15 +61,3 @@ def scaled_bounds(bounds: Sequence[tuple[int, int]], n: int) -> list[tuple[int, 
     if total == n:
         return list(bounds)
     return [(round(lo * n / total), round(hi * n / total)) for lo, hi in bounds]
-
-
-def stitch_rank_outputs(
-    parts: Sequence[torch.Tensor], lengths: torch.Tensor, width: int, shards: Sequence[Sequence[int]]
-) -> torch.Tensor:
-    """Per-rank flat outputs (float ``[sum of the rank's response lengths]``) -> one ``[batch, width]`` tensor,
-    rank i's rows at ``shards[i]``, zeros at padding. ``lengths``: response tokens per sample, ``[batch]``."""
-    out = torch.zeros(len(lengths), width)
-    for part, idx in zip(parts, shards, strict=True):
-        if idx:
-            out[list(idx)] = padded_from_flat(part, lengths[list(idx)], width)
-    return out

@@ -38,6 +38,7 @@ from reasonrl.agents.chat_tokens import ChatTemplateError, ToolMessageTokens, re
 from reasonrl.agents.environment import StepResult
 from reasonrl.agents.episode import CUT_MARKER, Episode
 from reasonrl.dataplane.completion import Completion, TurnRequest
+from reasonrl.distributed.handles import EngineHandle
 from reasonrl.utils.rng import derive_seed
 
 
@@ -86,7 +87,7 @@ class MultiTurnRollout:
 
     async def engine_part(
         self,
-        engine,
+        engine: EngineHandle,
         rows: Sequence[dict],
         prompt_ids: Sequence[list[int]],
         offset: int,
@@ -125,7 +126,7 @@ class MultiTurnRollout:
                     await asyncio.wait(list(stepping), return_when=asyncio.FIRST_COMPLETED)
                     times.exposed_s += time.perf_counter() - waited
                 if ready or in_engine:
-                    finished = await engine.pump.remote(ready, 0.2)
+                    finished = await engine.pump(ready, 0.2)
                     in_engine += len(ready) - len(finished)
                     ready = []
                 else:
@@ -150,7 +151,7 @@ class MultiTurnRollout:
                     yield ended
         finally:
             if in_engine:
-                await engine.abort_pumped.remote()
+                await engine.abort_pumped()
             for _, env, *_ in episodes.values():
                 _close(env)
 

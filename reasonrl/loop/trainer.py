@@ -34,6 +34,7 @@ from reasonrl import algos
 from reasonrl.data.sampler import PromptSampler
 from reasonrl.dataplane.experience import Experience
 from reasonrl.distributed.adapter_sync import AdapterSyncer
+from reasonrl.distributed.handles import EngineHandle, RoleHandles
 from reasonrl.distributed.phases import Phase, PhaseMachine
 from reasonrl.distributed.sync_probe import ProbeInput
 from reasonrl.distributed.weight_sync import WeightSyncer, resolve_transport, resolve_verify_source
@@ -102,13 +103,17 @@ class PPOTrainer:
         self.total_steps = training_steps(cfg, train_rows)
         self.global_step = 0
         self.stop = None  # a reasonrl.utils.interrupt.StopSignals while a signal may ask the run to stop
+        # the loop's side of the workers: typed handles (the syncers and the phase machine keep the groups)
+        self.handles = RoleHandles.from_groups(
+            roles.policy, ref=roles.ref, critic=roles.critic, reward_model=roles.reward_model
+        )
         self.generator = Generator(
             roles.engines,
             tokenizer=tokenizer,
             template=template,
             scorer=scorer,
             settings=GenerationSettings.from_config(cfg),
-            reward_model=roles.reward_model,
+            reward_model=self.handles.reward_model,
             reward_model_encoder=reward_model_encoder,
         )
         self.collector = RolloutCollector(
@@ -117,9 +122,8 @@ class PPOTrainer:
             next_rows=self.sampler.next_batch,  # dynamic-sampling refills draw from the step's sampler
             stop_requested=self.stop_requested,
         )
-        self.forwards = StepForwards(
-            roles.policy, roles.ref, roles.critic, ForwardSettings.from_config(cfg, roles.policy.world_size)
-        )
+        h = self.handles
+        self.forwards = StepForwards(h.policy, h.ref, h.critic, ForwardSettings.from_config(cfg, h.policy.world_size))
         self.eval_settings = EvalSettings.from_config(cfg)
         self.kl_ctl = algos.get_kl_controller(cfg.kl_controller, cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
         self.entropy_ctl = (
@@ -133,7 +137,7 @@ class PPOTrainer:
             if cfg.adaptive_entropy
             else None
         )
-        self.updates = StepUpdates(roles.policy, roles.critic, UpdateSettings.from_config(cfg), self.entropy_ctl)
+        self.updates = StepUpdates(h.policy, h.critic, UpdateSettings.from_config(cfg), self.entropy_ctl)
         # async_staleness = k > 0: the rollouts of the next k steps are generated while this one trains
         self.ahead = (
             RolloutAhead(cfg.async_staleness, self.collector.collect, self.sampler, self.total_steps)
@@ -334,7 +338,7 @@ class PPOTrainer:
             self.probe = self.sync_probe()
         async with self.generator.engines_held():  # multi-turn rollouts launched before the sync end first
             if self.ahead is not None:  # the engines first finish the rollouts queued before this sync (calls run
-                await gather_all([engine.ready.remote() for engine in self.roles.engines])  # in order)
+                await gather_all([EngineHandle(engine).ready() for engine in self.roles.engines])  # in order)
             syncer = self.weight_syncer()
             await self.phases.enter(Phase.SYNC)
             report = await syncer.load(self.probe)
@@ -453,12 +457,12 @@ class PPOTrainer:
         try:
             await self.phases.enter(Phase.TRAINING)  # DeepSpeed saves the states from the devices
             tag = "ds"
-            await gather_all(self.roles.policy.call_async("save_checkpoint", str(staging / "policy"), tag))
-            if self.roles.critic is not None:
-                await gather_all(self.roles.critic.call_async("save_checkpoint", str(staging / "critic"), tag))
-            await gather_all(self.roles.policy.call_async("export_hf", str(staging / "policy_hf")))
+            await self.handles.policy.save_checkpoint(str(staging / "policy"), tag)
+            if self.handles.critic is not None:
+                await self.handles.critic.save_checkpoint(str(staging / "critic"), tag)
+            await self.handles.policy.export_hf(str(staging / "policy_hf"))
             if self.cfg.use_lora:  # the adapter alone as well (small; PeftModel.from_pretrained(base, folder))
-                await gather_all(self.roles.policy.call_async("export_adapter", str(staging / "policy_adapter")))
+                await self.handles.policy.export_adapter(str(staging / "policy_adapter"))
             save_tokenizer_files(self.tokenizer, self.cfg.resolve_model_path(self.cfg.pretrain), staging / "policy_hf")
             save_trainer_state(staging, self.trainer_state())
             save_rng_state(staging / "rng_state.json")
@@ -478,9 +482,9 @@ class PPOTrainer:
         from reasonrl.utils.checkpoint import load_trainer_state
         from reasonrl.utils.rng import load_rng_state
 
-        await gather_all(self.roles.policy.call_async("load_checkpoint", str(path / "policy"), "ds"))
-        if self.roles.critic is not None:
-            await gather_all(self.roles.critic.call_async("load_checkpoint", str(path / "critic"), "ds"))
+        await self.handles.policy.load_checkpoint(str(path / "policy"), "ds")
+        if self.handles.critic is not None:
+            await self.handles.critic.load_checkpoint(str(path / "critic"), "ds")
         self.load_trainer_state(load_trainer_state(path))
         load_rng_state(path / "rng_state.json")
         logger.info(f"resumed from {path} at step {self.global_step}")

@@ -8,11 +8,11 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Sequence
-from typing import Any
 
+from reasonrl.algos.loss_settings import PolicyLossConfig, PolicyStepCoefs, ValueLossConfig
 from reasonrl.dataplane.experience import Experience
-from reasonrl.distributed.worker_group import gather_all
-from reasonrl.loop.forward_stream import put_rank_shards
+from reasonrl.dataplane.sharding import RankShards
+from reasonrl.distributed.handles import CriticHandle, MiniBatch, PolicyHandle
 from reasonrl.loop.mini_batches import mini_batch_counts, rank_mini_batches
 
 
@@ -26,8 +26,10 @@ class UpdateSettings:
     colocate_all: bool  # critic and policy share the devices: one update after the other
     epochs: dict[str, int]  # role -> passes over the step
     bounds: dict[str, list[tuple[int, int]]]  # role -> the mini-batch ranges of one pass over the full rollout
-    loss: dict[str, Any]  # role -> PolicyLossConfig / ValueLossConfig
+    policy_loss: PolicyLossConfig  # the losses' settings, built once per run
+    value_loss: ValueLossConfig
     kl_in_loss: bool  # kl_mode == "loss": the policy loss carries the KL controller's current coefficient
+    entropy_coef: float  # the entropy bonus when no adaptive controller sets it
 
     @classmethod
     def from_config(cls, cfg) -> UpdateSettings:
@@ -37,8 +39,10 @@ class UpdateSettings:
             colocate_all=cfg.colocate_all,
             epochs={"policy": cfg.policy_epochs, "critic": cfg.critic_epochs},
             bounds={"policy": cfg.mini_batch_bounds("policy"), "critic": cfg.mini_batch_bounds("critic")},
-            loss={"policy": cfg.policy_loss_config(), "critic": cfg.value_loss_config()},
+            policy_loss=cfg.policy_loss_config(),
+            value_loss=cfg.value_loss_config(),
             kl_in_loss=cfg.kl_mode == "loss",
+            entropy_coef=cfg.entropy_coef,
         )
 
 
@@ -46,14 +50,17 @@ class StepUpdates:
     """The critic and policy updates of a step; concurrent when they do not share devices.
 
     Args:
-        policy, critic: the role worker groups (``critic`` None without one).
+        policy, critic: the roles' handles (``critic`` None without one).
         settings: the config values the updates read.
         entropy_ctl: the adaptive entropy controller (None when off): its coefficient goes into the policy loss and
             it is updated with each step's entropy.
     """
 
-    def __init__(self, policy, critic, settings: UpdateSettings, entropy_ctl=None):
-        self.groups = {"policy": policy} | ({"critic": critic} if critic is not None else {})
+    def __init__(self, policy: PolicyHandle, critic: CriticHandle | None, settings: UpdateSettings, entropy_ctl=None):
+        self.policy, self.critic = policy, critic
+        self.roles: dict[str, PolicyHandle | CriticHandle] = {"policy": policy}
+        if critic is not None:
+            self.roles["critic"] = critic
         self.settings, self.entropy_ctl = settings, entropy_ctl
         self.spans: dict[str, tuple[float, float]] = {}  # role -> (start, end) of its last update
 
@@ -65,9 +72,10 @@ class StepUpdates:
         every mini-batch of every pass then sends only the positions of its samples in each rank's shard."""
         shards = await self.send_step_data(exp, step)
         lengths = exp.loss_tokens()  # loss tokens per sample: the response lengths when the loss mask has no holes
+        coefs = self.step_coefs(kl_coef)
         updates = {
-            role: self.update_role(role, shards[group.world_size], lengths, step, kl_coef)
-            for role, group in self.groups.items()
+            role: self.update_role(role, shards[handle.world_size], lengths, step, coefs)
+            for role, handle in self.roles.items()
         }
         if "critic" not in updates:
             return await updates["policy"]
@@ -76,44 +84,46 @@ class StepUpdates:
         c, p = await asyncio.gather(updates["critic"], updates["policy"])
         return c | p
 
-    async def send_step_data(self, exp: Experience, step: int) -> dict[int, list[list[int]]]:
-        """Put each rank's token-balanced :class:`RaggedShard` of the step (token ids + every per-token field) in the
-        object store once per world size, shared by the roles of that size, and have each rank cache it for this
-        step (``set_step_data``). Returns world size -> the sample indices of each rank's shard."""
-        groups = list(self.groups.values())
-        shards, refs = {}, {}
-        for size in {g.world_size for g in groups}:
-            shards[size], refs[size] = put_rank_shards(exp, size, with_fields=True)
-        calls = [g.call_sharded_async("set_step_data", refs[g.world_size], step) for g in groups]
-        await gather_all([ref for call in calls for ref in call])
+    async def send_step_data(self, exp: Experience, step: int) -> dict[int, RankShards]:
+        """Cut the step into each rank's token-balanced shard (token ids + every per-token field), put in the
+        object store once per world size and shared by the roles of that size, and have each rank keep it for this
+        step (``send_step_data``). Returns world size -> the shards sent."""
+        shards: dict[int, RankShards] = {}
+        for handle in self.roles.values():
+            if handle.world_size not in shards:
+                shards[handle.world_size] = handle.shard(exp, with_fields=True)
+        await asyncio.gather(*(h.send_step_data(shards[h.world_size], step) for h in self.roles.values()))
         return shards
 
+    def step_coefs(self, kl_coef: float) -> PolicyStepCoefs:
+        """The policy loss's coefficients of this step: the KL controller's value under ``kl_mode='loss'`` (else
+        none), the adaptive entropy controller's coefficient (else the config's fixed one)."""
+        entropy = self.entropy_ctl.effective_coef if self.entropy_ctl is not None else self.settings.entropy_coef
+        return PolicyStepCoefs(kl_loss_coef=kl_coef if self.settings.kl_in_loss else 0.0, entropy_coef=entropy)
+
     async def update_role(
-        self, role: str, shards: list[list[int]], lengths: Sequence[int], step: int, kl_coef: float
+        self, role: str, shards: RankShards, lengths: Sequence[int], step: int, coefs: PolicyStepCoefs
     ) -> dict[str, float]:
         """``role``'s passes over the step: mini-batch ``k`` is the union of every rank's ``k``-th slice of its
         shard (:func:`rank_mini_batches`); its global token / sequence counts normalise the loss exactly.
 
         Args:
-            shards: the step's sample indices of each rank (what :meth:`send_step_data` sent).
+            shards: the step's shards of the role's ranks (what :meth:`send_step_data` sent).
             lengths: loss tokens of each sample of the step (``Experience.loss_tokens``).
+            coefs: the policy loss's coefficients of this step (:meth:`step_coefs`).
         """
         s = self.settings
-        group = self.groups[role]
-        loss_cfg = s.loss[role]
-        if role == "policy" and s.kl_in_loss:
-            loss_cfg = dataclasses.replace(loss_cfg, kl_loss_coef=kl_coef)
-        if role == "policy" and self.entropy_ctl is not None:
-            loss_cfg = dataclasses.replace(loss_cfg, entropy_coef=self.entropy_ctl.effective_coef)
         per_step: list[list[dict]] = []
         start, tokens = time.perf_counter(), 0
-        sizes = [len(idx) for idx in shards]
         for epoch in range(s.epochs[role]):
-            plan = rank_mini_batches(s, role, step, epoch, sizes, s.bounds[role])
+            plan = rank_mini_batches(s, role, step, epoch, shards.sizes(), s.bounds[role])
             for per_rank in plan:
-                g_tokens, g_seqs = mini_batch_counts(shards, per_rank, lengths)
-                refs = group.call_sharded_async("update_mini_batch", per_rank, step, loss_cfg, g_tokens, g_seqs)
-                per_step.append(await gather_all(refs))
+                g_tokens, g_seqs = mini_batch_counts(shards.indices, per_rank, lengths)
+                mini_batch = MiniBatch(per_rank, g_tokens, g_seqs)
+                if role == "policy":
+                    per_step.append(await self.policy.update(mini_batch, step, s.policy_loss, coefs))
+                else:
+                    per_step.append(await self.critic.update(mini_batch, step, s.value_loss))
                 tokens += g_tokens
         out = {f"{role}/{k}": v for k, v in mean_metrics(per_step).items() if k not in ("tokens", "loss_share")}
         out[f"{role}/{'value_loss' if role == 'critic' else 'loss'}"] = sum(

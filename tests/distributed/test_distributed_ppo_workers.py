@@ -120,7 +120,8 @@ def test_critic_values_match_plain_critic(ray_cluster, config, tiny_model_dir):
     import types
 
     from reasonrl.algos import value_loss
-    from reasonrl.loop.mini_batches import rank_mini_batches, stitch_rank_outputs
+    from reasonrl.dataplane.sharding import stitch_rank_outputs
+    from reasonrl.loop.mini_batches import rank_mini_batches
 
     samples = make_samples(8, seed=1)
     lengths = torch.tensor([len(r) for _, r in samples])

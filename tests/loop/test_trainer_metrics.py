@@ -8,7 +8,8 @@ import types
 import pytest
 import torch
 
-from reasonrl.loop.mini_batches import mini_batch_order, stitch_rank_outputs
+from reasonrl.dataplane.sharding import stitch_rank_outputs
+from reasonrl.loop.mini_batches import mini_batch_order
 from reasonrl.loop.updates import mean_metrics
 
 
