@@ -36,6 +36,7 @@ CONFIG_REGISTRY_NAMES = {
     "reasonrl.data.prepare.BUILTIN_DATASETS",
     "reasonrl.data.loader.PRESETS",
     "reasonrl.rewards.extract.EXTRACT_MODES",
+    "reasonrl.utils.tracking.TRACKERS",
 }
 # Imports of config/ that reach up for more than a registry's names, each lazy (inside a function) and justified in
 # one line; the lead moves each behind a registry (or out of config/) and removes its entry (a stale entry fails).
@@ -47,13 +48,6 @@ KNOWN_CONFIG_REACH_UP = {
     "reasonrl.data.sources.DataFormatError",  # a malformed data file is a config problem, named with its line
     "reasonrl.data.sources.check_source",  # the file / folder / Hub id of a data field exists
     "reasonrl.data.sources.parse_source",  # the same parser the loaders use (one syntax)
-    "reasonrl.distributed.memory_model",  # memory.py, consistency.py: validate() refuses what cannot fit a GPU
-    # resources.py, mapping.py: the pure placement planner (no Ray), so validate() refuses a plan no cluster can hold
-    "reasonrl.distributed.placement_layout.PlacementError",  # a plan that cannot be placed, as a config problem
-    "reasonrl.distributed.placement_layout.RoleResources",  # BasePPOExpConfig.role_resources() builds them
-    "reasonrl.distributed.placement_layout.VLLMResources",
-    "reasonrl.distributed.placement_layout.check_feasible",  # the plan against the cluster's (or machine's) devices
-    "reasonrl.distributed.placement_layout.plan_groups",  # the placement groups the run will ask Ray for
     # mapping.py: BasePPOExpConfig.worker_config() & co. build the workers' own dataclasses from the fields
     "reasonrl.algos.loss_settings.PolicyLossConfig",  # cfg.policy_loss_config(): the losses' settings, once per run
     "reasonrl.algos.loss_settings.ValueLossConfig",  # cfg.value_loss_config()
@@ -69,12 +63,16 @@ CONFIG_BUILDS_ON = {
     "reasonrl.utils.even_split",  # the one even split: mini-batch bounds here, engines and ranks in the loop
     "reasonrl.utils.pysource",  # what a Python file defines, read with ast: env_fn refused without importing it
 }
+# The pure planners (memory model, placement layout, feasibility, device phases): below config/ and distributed/, which
+# both call them; standard library only (checked below), so they import in milliseconds and know no Ray, torch or vLLM.
+PLANNING = "reasonrl.planning"
 # The packages distributed/ builds on: it never imports config/ (what a worker, the memory model or the Ray helpers
 # need arrives as plain values or dataclasses of distributed/'s own), the loop, sft/ or an entry point.
 DISTRIBUTED_BUILDS_ON = {
     "reasonrl.algos",  # the workers' losses
     "reasonrl.dataplane",  # what the workers read and return: Experience, RaggedShard, Sample, Completion
     "reasonrl.models",  # HF model helpers: log-probs, critic head, batching, attention choice
+    "reasonrl.planning",  # placement plans, the device phases' residency table
     "reasonrl.utils",  # Hub cache, worker logs
 }
 # The modules at the top of reasonrl/ that users type (python -m ...): the only importers of the loop from outside it.
@@ -93,6 +91,12 @@ START_UP = {
     "reasonrl.utils.reaper",  # workers of a killed driver
 }
 FORBIDDEN_IN_REWARDS = {"ray", "deepspeed", "vllm"}
+# The only reasonrl packages rewards/ builds on (ARCHITECTURE.md: "sandbox, stdlib"): never data/, the loop or the run
+# layer; what reward routing needs from them arrives as a value (the config's gym: sources: rewards.routing.GymSources).
+REWARDS_BUILD_ON = {
+    "reasonrl.sandbox",  # code verdicts: programs run in the sandbox
+    "reasonrl.utils",  # resolve_callable: file.py:fn / pkg.mod:fn of reward functions
+}
 
 
 @dataclass
@@ -267,6 +271,7 @@ def test_config_imports_stdlib_itself_and_registry_names_only():
         if _top(name) not in CONFIG_THIRD_PARTY
         and name not in CONFIG_REGISTRY_NAMES | KNOWN_CONFIG_REACH_UP
         and name.rpartition(".")[0] not in CONFIG_BUILDS_ON
+        and not name.startswith(PLANNING + ".")
     }
     assert not bad, f"config/ imports beyond the standard library and registry names: {bad}"
 
@@ -276,6 +281,18 @@ def test_what_config_builds_on_imports_no_reasonrl_module():
     for name in CONFIG_BUILDS_ON:
         inside = [i for i in modules[name].imports if i.startswith("reasonrl.")]
         assert not inside, f"{name} is below config/ and distributed/: it must not import {inside}"
+
+
+def test_the_planners_import_the_standard_library_only():
+    outside = _outside(load_modules(), "planning")
+    assert not outside, (
+        f"planning/ is pure (standard library only: no Ray, torch, vLLM or other reasonrl package): {outside}"
+    )
+
+
+def test_agents_import_no_reward_code():
+    packages = package_graph(module_graph(load_modules()))
+    assert "reasonrl.rewards" not in packages["reasonrl.agents"], "agents/ loads specs with reasonrl.utils.callables"
 
 
 def test_algos_import_torch_only():
@@ -288,6 +305,17 @@ def test_rewards_import_no_ray_deepspeed_or_vllm():
     bad = {name: files for name, files in outside.items() if _top(name) in FORBIDDEN_IN_REWARDS}
     bad |= {name: files for name, files in outside.items() if name.startswith("reasonrl.distributed")}
     assert not bad, f"rewards/ must stay free of Ray, DeepSpeed and vLLM: {bad}"
+
+
+def test_rewards_build_on_the_sandbox_and_utils_only():
+    outside = _outside(load_modules(), "rewards")
+    bad = {
+        name: files
+        for name, files in outside.items()
+        if name.startswith("reasonrl.") and not any(_in(name, package) for package in REWARDS_BUILD_ON)
+    }
+    assert not bad, f"rewards/ (reward routing included) imports no other reasonrl package: {bad}"
+    assert "reasonrl.rewards.routing" in load_modules()  # the routing of rewards per data_source lives in rewards/
 
 
 def test_the_top_of_reasonrl_holds_entry_points_and_packages_only():

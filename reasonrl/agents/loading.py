@@ -6,7 +6,7 @@
     env = factory(); env.reset(row); env.step(text)
 
 ``env_fn`` is ``"tools"`` or a spec ``path/to/file.py:Name`` / ``package.module:Name`` (loaded like a
-``reward_fn``: :func:`reasonrl.rewards.user_fn.resolve_callable`; relative paths from the current directory).
+``reward_fn``: :func:`reasonrl.utils.callables.resolve_callable`; relative paths from the current directory).
 ``Name`` is a class whose instances have ``reset(row)`` and ``step(model_turn)``
 (:class:`~reasonrl.agents.environment.Environment`), or a function of no arguments that returns such an object.
 
@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from reasonrl.agents.environment import Environment
 from reasonrl.agents.tool_env import ToolEnvironment
 from reasonrl.agents.tools import BUILTIN_TOOLS, ToolSpecError, resolve_tools
-from reasonrl.rewards.user_fn import RewardFnSpecError, resolve_callable
+from reasonrl.utils.callables import CallableSpecError, resolve_callable
 
 BUILTIN_ENV = "tools"
 _FORMS = "env_fn takes 'tools' (the built-in tool environment), 'path/to/file.py:Name' or 'package.module:Name'"
@@ -94,7 +94,7 @@ def _resolve(spec, base_dir) -> tuple[Callable[[], Environment] | None, list[str
         return None, [f"env_fn={spec!r} is not a spec: {_FORMS}"]
     try:
         obj = resolve_callable(spec, base_dir, what="env_fn")
-    except RewardFnSpecError as exc:
+    except CallableSpecError as exc:
         return None, [f"{exc}; {_hint(exc)}"]
     kind = "class" if isinstance(obj, type) else "factory"
     try:
@@ -125,7 +125,7 @@ def _resolve(spec, base_dir) -> tuple[Callable[[], Environment] | None, list[str
     return obj, []
 
 
-def _hint(exc: RewardFnSpecError) -> str:
+def _hint(exc: CallableSpecError) -> str:
     text = str(exc)
     if "does not exist" in text:
         return "fix the path (relative paths start at the directory you run from); " + _FORMS

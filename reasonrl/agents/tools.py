@@ -15,7 +15,7 @@ Names in a tool list (the config's ``tools``, a row's ``tools``):
 * built-ins (:data:`BUILTIN_TOOLS`): ``calculator`` (:mod:`reasonrl.agents.calculator`) and ``python``
   (:mod:`reasonrl.agents.python_tool`, a fresh sandbox per :func:`resolve_tools` call);
 * ``path/to/file.py:function`` or ``package.module:function``: a plain function of yours, loaded like a
-  ``reward_fn`` (:func:`reasonrl.rewards.user_fn.resolve_callable`); its schema comes from its type hints and
+  ``reward_fn`` (:func:`reasonrl.utils.callables.resolve_callable`); its schema comes from its type hints and
   Google-style docstring (``transformers.utils.get_json_schema``), or from a ``tool_schema`` attribute of the
   function when it has one; the model calls it by the schema's name (the function's name).
 
@@ -36,7 +36,7 @@ from reasonrl.agents.calculator import calculate
 from reasonrl.agents.episode import cut_middle
 from reasonrl.agents.python_tool import PythonTool
 from reasonrl.agents.tool_calls import ToolCall, ToolError
-from reasonrl.rewards.user_fn import RewardFnSpecError, resolve_callable
+from reasonrl.utils.callables import CallableSpecError, resolve_callable
 
 MAX_OUTPUT_CHARS = 4000
 
@@ -117,7 +117,7 @@ def load_user_tool(spec: str, base_dir: str | os.PathLike | None = None) -> Tool
     default the current directory); :class:`ToolSpecError` naming the spec when it cannot be loaded."""
     try:
         fn = resolve_callable(spec, base_dir, what="tool spec")
-    except RewardFnSpecError as exc:
+    except CallableSpecError as exc:
         raise ToolSpecError(str(exc)) from exc
     return tool_from_function(fn, getattr(fn, "tool_schema", None), spec=spec)
 

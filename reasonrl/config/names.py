@@ -31,8 +31,7 @@ ZERO_STAGES = (0, 1, 2, 3)
 # Mirrors of reasonrl.distributed.weight_sync.TRANSPORTS / VERIFY_SOURCES, plus "auto".
 SYNC_TRANSPORTS = ("auto", "broadcast", "ipc", "object_store")
 SYNC_VERIFY_SOURCES = ("auto", "sent_weights", "trainer_forward")
-# Where scalars go besides metrics.jsonl (reasonrl.utils.tracking.TRACKERS mirrors it).
-TRACKERS = ("tensorboard", "wandb", "both")
+# Where scalars go besides metrics.jsonl: reasonrl.utils.tracking.TRACKERS (its registry).
 # The offline models (name -> context length) are declared in reasonrl.config.offline_models, their registry.
 # reasonrl.data.ORZ_STOP: generation stops for the ORZ prompt template.
 ORZ_STOP_STRINGS = ("User:", "Human:", "Assistant:", "</answer>")

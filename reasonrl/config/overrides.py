@@ -213,9 +213,16 @@ def apply_config_file(cfg: Any, path: str | os.PathLike, *, python_only: Sequenc
 
 
 def config_from_cli(
-    cls: type[BasePPOExpConfig], argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None = None
+    cls: type[BasePPOExpConfig],
+    argv: Sequence[str] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    python_only: Sequence[str] = (),
+    debug_mode: bool = True,
 ):
-    """An instance of ``cls`` from the command line: see :meth:`BasePPOExpConfig.from_cli`."""
+    """An instance of ``cls`` from the command line: see :meth:`BasePPOExpConfig.from_cli` (and
+    ``SFTConfig.from_cli``: ``python_only`` fields are refused in a config file, ``debug_mode=False`` has no
+    ``DEBUG_MODE``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help", "help") for a in argv):
         print(config_file_usage() + "\n\n" + cls.help_text())
@@ -224,7 +231,9 @@ def config_from_cli(
     overrides = parse_overrides(argv)
     cfg = cls()
     if config_path is not None:
-        cfg = apply_config_file(cfg, config_path)
+        cfg = apply_config_file(cfg, config_path, python_only=python_only)
+    if not debug_mode:
+        return cfg.with_overrides(overrides)
     debug = debug_mode_requested(environ)
     if "debug" in overrides:
         try:

@@ -40,7 +40,6 @@ from reasonrl.config.names import (
     ROLLOUT_CORRECTIONS,
     SYNC_TRANSPORTS,
     SYNC_VERIFY_SOURCES,
-    TRACKERS,
     ZERO_STAGES,
 )
 from reasonrl.config.probes import (
@@ -131,6 +130,7 @@ def _check_models(cfg: BasePPOExpConfig) -> list[str]:
 
 def _check_names(cfg: BasePPOExpConfig) -> list[str]:
     from reasonrl.rewards.extract import EXTRACT_MODES
+    from reasonrl.utils.tracking import TRACKERS
 
     problems = []
     for name, valid in (

@@ -18,100 +18,26 @@ only the failing samples get 0. User functions run in the calling process, witho
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
 import inspect
 import math
 import os
-import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from loguru import logger
 
+from reasonrl.utils.callables import CallableSpecError, resolve_callable
+
 _WHAT = "reward function spec"  # how errors name the spec; other loaders (tools, environments) pass their own
 
-
-class RewardFnSpecError(ValueError):
-    """The spec string does not name a loadable callable; the message says what is wrong."""
+RewardFnSpecError = CallableSpecError
+"""The spec string does not name a loadable callable (:func:`reasonrl.utils.callables.resolve_callable`)."""
 
 
 def batched_reward(fn: Callable) -> Callable:
     """Decorator: mark ``fn(responses, golds, **meta) -> list[float]`` as a batch reward function."""
     fn.batched = True  # type: ignore[attr-defined]
     return fn
-
-
-def _load_module_from_file(spec: str, path_str: str, base_dir: str | os.PathLike | None, what: str = _WHAT):
-    path = Path(path_str).expanduser()
-    if not path.is_absolute():
-        path = Path(base_dir or os.getcwd()) / path
-    path = path.resolve()
-    if not path.is_file():
-        raise RewardFnSpecError(f"{what} {spec!r}: file {str(path)!r} does not exist")
-    if path.suffix != ".py":
-        raise RewardFnSpecError(f"{what} {spec!r}: {str(path)!r} is not a .py file")
-    name = "reasonrl_user_reward_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    if module_spec is None or module_spec.loader is None:
-        raise RewardFnSpecError(f"{what} {spec!r}: cannot load {str(path)!r} as a module")
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[name]
-        raise RewardFnSpecError(f"{what} {spec!r}: importing {str(path)!r} raised {type(exc).__name__}: {exc}") from exc
-    return module
-
-
-def _import_module(spec: str, name: str, what: str = _WHAT):
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        raise RewardFnSpecError(
-            f"{what} {spec!r}: module {name!r} not found ({exc}); use 'package.module:fn' for an "
-            "importable module or 'path/to/file.py:fn' for a file"
-        ) from exc
-    except Exception as exc:
-        raise RewardFnSpecError(f"{what} {spec!r}: importing {name!r} raised {type(exc).__name__}: {exc}") from exc
-
-
-def resolve_callable(spec: str, base_dir: str | os.PathLike | None = None, *, what: str = _WHAT) -> Callable:
-    """The callable a spec names (see the module docstring); raises ``RewardFnSpecError`` naming the problem.
-
-    ``what`` starts every error message (default ``"reward function spec"``; the tool and environment loaders of
-    :mod:`reasonrl.agents` pass ``"tool spec"`` and ``"env_fn"``)."""
-    if not isinstance(spec, str) or ":" not in spec:
-        raise RewardFnSpecError(
-            f"{what} {spec!r} has no ':'; expected 'path/to/file.py:function' or 'package.module:function'"
-        )
-    target, _, attr = spec.rpartition(":")
-    if not target or not attr:
-        raise RewardFnSpecError(f"{what} {spec!r}: both the module/file and the function name are needed")
-    if not all(part.isidentifier() for part in attr.split(".")):
-        raise RewardFnSpecError(f"{what} {spec!r}: {attr!r} is not a valid (dotted) Python name")
-    is_file = target.endswith(".py") or "/" in target or os.sep in target
-    module = _load_module_from_file(spec, target, base_dir, what) if is_file else _import_module(spec, target, what)
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            available = sorted(  # classes only when defined there (not every class the file imports)
-                k
-                for k, v in vars(module).items()
-                if callable(v)
-                and not k.startswith("_")
-                and (not isinstance(v, type) or getattr(v, "__module__", None) == module.__name__)
-            )
-            raise RewardFnSpecError(
-                f"{what} {spec!r}: {target!r} has no attribute {attr!r}; callables defined there: {available}"
-            )
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise RewardFnSpecError(f"{what} {spec!r}: {attr!r} is not callable (it is of type {type(obj).__name__})")
-    return obj
 
 
 def _accepted_keywords(fn: Callable) -> set[str] | None:
@@ -210,4 +136,4 @@ def load_reward_fn(
     ``base_dir`` (default: the current directory). Raises ``RewardFnSpecError`` naming the spec and the problem
     (no colon, file missing, module not found, import failure, attribute missing, not callable).
     """
-    return UserRewardFn(resolve_callable(spec, base_dir), spec, batched)
+    return UserRewardFn(resolve_callable(spec, base_dir, what=_WHAT), spec, batched)

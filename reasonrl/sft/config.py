@@ -6,7 +6,6 @@ Imports no torch, ray, deepspeed or vllm: a bad config fails in well under a sec
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,9 @@ from reasonrl.config.names import (
     DEVICES,
     LR_SCHEDULES,
     PROMPT_TEMPLATES,
-    TRACKERS,
     ZERO_STAGES,
 )
+from reasonrl.utils.tracking import TRACKERS
 
 # In-memory data: set in Python only (not on the command line, not in a config= file, not in --help).
 PYTHON_ONLY_FIELDS = ("rows", "eval_rows", "generator")
@@ -158,18 +157,9 @@ class SFTConfig:
         """An instance from the command line (default ``sys.argv[1:]``): the recipe's defaults, then the values of
         ``config=<file.json|file.yaml>`` if given (e.g. a checkpoint's sft_config.json), then the ``field=value``
         overrides. ``-h`` / ``--help`` prints :meth:`help_text` and exits."""
-        from reasonrl.config.overrides import apply_config_file, config_file_usage, parse_overrides, split_config_file
+        from reasonrl.config.overrides import config_from_cli
 
-        argv = list(sys.argv[1:] if argv is None else argv)
-        if any(a in ("-h", "--help", "help") for a in argv):
-            print(config_file_usage() + "\n\n" + cls.help_text())
-            raise SystemExit(0)
-        config_path, argv = split_config_file(argv)
-        overrides = parse_overrides(argv)
-        cfg = cls()
-        if config_path is not None:
-            cfg = apply_config_file(cfg, config_path, python_only=PYTHON_ONLY_FIELDS)
-        return cfg.with_overrides(overrides)
+        return config_from_cli(cls, argv, python_only=PYTHON_ONLY_FIELDS, debug_mode=False)
 
     @classmethod
     def help_text(cls) -> str:

@@ -37,7 +37,6 @@ from typing import Any
 
 from loguru import logger
 
-from reasonrl.config.names import TRACKERS
 from reasonrl.utils.metrics_file import (
     GENERATIONS_DIR,
     METRICS_FILE,
@@ -48,6 +47,9 @@ from reasonrl.utils.metrics_file import (
 )
 from reasonrl.utils.paths import move_aside
 from reasonrl.utils.scalars import format_metrics_line, format_value
+
+TRACKERS = ("tensorboard", "wandb", "both")
+"""Where scalars go besides ``metrics.jsonl``: the ``tracker`` field of the RL and SFT configs is one of these."""
 
 
 class Tracker:
