@@ -642,6 +642,8 @@ def test_role_resources_disable_unused_roles():
 
 
 def test_worker_and_loss_configs(tmp_path):
+    from reasonrl.run.role_settings import worker_config
+
     policy_dir = model_dir(tmp_path, "policy")
     critic_dir = model_dir(tmp_path, "critic")
     cfg = good(
@@ -658,27 +660,27 @@ def test_worker_and_loss_configs(tmp_path):
         agg_mode="seq-mean-token-sum-norm",
         bf16=False,
     )
-    policy = cfg.worker_config("policy", num_rollout_steps=10, pad_token_id=3)
+    policy = worker_config(cfg, "policy", num_rollout_steps=10, pad_token_id=3)
     assert policy.model_path == str(policy_dir) and policy.lr == cfg.actor_lr and policy.pad_token_id == 3
     # warmup counts each model's own optimizer steps (ORZ/OpenRLHF/verl), not rollouts
     assert (policy.warmup_steps, policy.total_steps, policy.lr_schedule) == (5, 40, "cosine")
     assert policy.offload_optimizer and not policy.offload_params
     # the user's choice travels unresolved: each worker resolves "auto" for its own placement (issue 22 item 6)
     assert policy.attn_implementation == cfg.attn_implementation == "auto"
-    critic = cfg.worker_config("critic", num_rollout_steps=10)
+    critic = worker_config(cfg, "critic", num_rollout_steps=10)
     assert critic.model_path == str(critic_dir) and critic.lr == cfg.critic_lr and critic.total_steps == 80
     assert critic.warmup_steps == 5
-    ref = cfg.worker_config("ref")
+    ref = worker_config(cfg, "ref")
     assert ref.model_path == str(policy_dir) and ref.offload_params and not ref.gradient_checkpointing
     with pytest.raises(ValueError, match="num_rollout_steps"):
-        cfg.worker_config("policy")
+        worker_config(cfg, "policy")
     with pytest.raises(ValueError, match="unknown role"):
-        cfg.worker_config("vllm")
+        worker_config(cfg, "vllm")
     # packing only where it saves compute (flash-attention's varlen kernels), decided by each worker for the backend
     # it resolved: the driver passes the mode, not the decision
     assert cfg.packing_samples and policy.packing == ref.packing == critic.packing == "auto"
     no_pack = dataclasses.replace(cfg, packing_samples=False)
-    assert no_pack.worker_config("policy", num_rollout_steps=10).packing == "off"
+    assert worker_config(no_pack, "policy", num_rollout_steps=10).packing == "off"
     # one policy step per rollout: the update reuses its own log-probs, unless the reward needs the old ones
     assert not cfg.reuses_current_logprobs  # train_batch_size=512: several policy steps per rollout
     assert good().reuses_current_logprobs and good().policy_loss_config().reuse_current_logprobs

@@ -48,10 +48,10 @@ KNOWN_CONFIG_REACH_UP = {
     "reasonrl.data.sources.DataFormatError",  # a malformed data file is a config problem, named with its line
     "reasonrl.data.sources.check_source",  # the file / folder / Hub id of a data field exists
     "reasonrl.data.sources.parse_source",  # the same parser the loaders use (one syntax)
-    # mapping.py: BasePPOExpConfig.worker_config() & co. build the workers' own dataclasses from the fields
+    # mapping.py: BasePPOExpConfig.policy_loss_config() & co. build the losses' and rewards' own settings from the
+    # fields (each DeepSpeed role's WorkerConfig is built in the run layer: reasonrl.run.role_settings)
     "reasonrl.algos.loss_settings.PolicyLossConfig",  # cfg.policy_loss_config(): the losses' settings, once per run
     "reasonrl.algos.loss_settings.ValueLossConfig",  # cfg.value_loss_config()
-    "reasonrl.distributed.ppo_workers.WorkerConfig",  # cfg.worker_config(role)
     "reasonrl.rewards.shaping.RewardConfig",  # cfg.reward_config(): the reward shaping's own dataclass
     "reasonrl.rewards.code.CodeRewardConfig",  # cfg.code_reward_config(): the code reward's own dataclass
 }
@@ -254,9 +254,18 @@ def test_no_import_cycle_between_modules():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def test_no_import_cycle_between_packages():
+    """Collapsed to reasonrl's packages (and top-level modules), the graph has no cycle either: two packages never
+    import each other, directly or around a loop, lazily or not."""
+    cycle = find_cycle(package_graph(module_graph(load_modules())))
+    assert cycle is None, "import cycle between packages: " + " -> ".join(cycle)
+
+
 def test_package_graph_places_config_at_the_bottom():
     packages = package_graph(module_graph(load_modules()))
     assert "reasonrl.sft" not in packages["reasonrl.config"]  # config never imports the warm start's trainer
+    above = {f"reasonrl.{name}" for name in ("distributed", "models", "sft", "loop", "run", "agents", "dataplane")}
+    assert not packages["reasonrl.config"] & above, "config/ sits below the packages that start, train or load models"
     assert "reasonrl.config" in packages["reasonrl.models"]  # models/named.py fills config's offline-model registry
     assert "reasonrl.config" in packages["reasonrl.sft"]
 

@@ -485,16 +485,6 @@ class BasePPOExpConfig(DerivedValues):
         """The placement groups this config asks for (``plan_groups``; pure, no Ray)."""
         return mapping.placement_requests(self, device)
 
-    def worker_config(self, role: str, *, num_rollout_steps: int | None = None, **extra: Any):
-        """``WorkerConfig`` of one role (``policy``, ``ref``, ``critic``, ``reward``).
-
-        ``warmup_steps = lr_warmup_steps`` (optimizer steps of this role) and ``total_steps = num_rollout_steps *
-        optimizer steps per rollout`` (``num_rollout_steps``
-        defaults to ``max_steps``; the linear/cosine schedules need one of them). ``extra`` overrides fields
-        (e.g. ``pad_token_id``, known only once the tokenizer is loaded).
-        """
-        return mapping.worker_config(self, role, num_rollout_steps=num_rollout_steps, **extra)
-
     def policy_loss_config(self):
         """``PolicyLossConfig`` (``reasonrl.algos.loss_settings``), built once per run; the KL loss and entropy
         coefficients are not in it: they travel with each update (``PolicyStepCoefs``, from the controllers)."""

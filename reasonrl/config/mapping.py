@@ -1,6 +1,7 @@
-"""What the trainer builds from a config: placement resources and colocation flags, ``WorkerConfig`` per role, and
-the policy-loss, value-loss and reward configs. The ``BasePPOExpConfig`` methods of the same names delegate here;
-the heavy modules are imported inside the functions."""
+"""What the trainer builds from a config: placement resources and colocation flags (the pure planner's dataclasses),
+each role's model source, and the policy-loss, value-loss and reward configs. The ``BasePPOExpConfig`` methods of the
+same names delegate here; the heavy modules are imported inside the functions. Each DeepSpeed role's
+``WorkerConfig`` is built where the roles start: :func:`reasonrl.run.role_settings.worker_config`."""
 
 from __future__ import annotations
 
@@ -61,58 +62,6 @@ def role_model_sources(cfg: BasePPOExpConfig, roles) -> dict[str, str]:
     """``{role: model source}`` of ``roles`` (e.g. the roles of a placement plan) that load a model."""
     out = {role: role_model_source(cfg, role) for role in roles}
     return {role: source for role, source in out.items() if source is not None}
-
-
-def worker_config(cfg: BasePPOExpConfig, role: str, *, num_rollout_steps: int | None = None, **extra: Any):
-    """See :meth:`BasePPOExpConfig.worker_config`."""
-    from reasonrl.distributed.ppo_workers import WorkerConfig
-
-    if role not in ("policy", "ref", "critic", "reward"):
-        raise ValueError(f"unknown role {role!r}; roles are policy, ref, critic, reward")
-    common: dict[str, Any] = dict(
-        zero_stage=cfg.zero_stage,
-        bf16=cfg.bf16,
-        attn_implementation=cfg.attn_implementation,  # unresolved: each worker resolves "auto" for its placement
-        max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch,
-        seed=cfg.seed,
-    )
-    if role in ("ref", "reward"):
-        kwargs = dict(common, model_path=role_model_source(cfg, role), offload_params=cfg.ref_offload_params)
-    else:
-        per_rollout = (
-            cfg.policy_optimizer_steps_per_rollout if role == "policy" else cfg.critic_optimizer_steps_per_rollout
-        )
-        rollout_steps = num_rollout_steps if num_rollout_steps is not None else cfg.max_steps
-        if rollout_steps is None and cfg.lr_schedule != "constant":
-            raise ValueError(
-                f"lr_schedule={cfg.lr_schedule!r} needs the run length: pass num_rollout_steps or set max_steps"
-            )
-        kwargs = dict(
-            common,
-            model_path=role_model_source(cfg, role),
-            lr=cfg.actor_lr if role == "policy" else cfg.critic_lr,
-            weight_decay=cfg.weight_decay,
-            warmup_steps=cfg.lr_warmup_steps,  # optimizer steps of this role, as ORZ / OpenRLHF / verl
-            lr_schedule=cfg.lr_schedule,
-            grad_clip=cfg.grad_clip,
-            gradient_checkpointing=cfg.gradient_checkpointing,
-            offload_optimizer=cfg.optimizer_offload,
-        )
-        if rollout_steps is not None:
-            kwargs["total_steps"] = max(rollout_steps * per_rollout, 1)
-        if role == "policy" and cfg.freeze_vision_tower:
-            kwargs["freeze_vision_tower"] = True
-        if role == "policy" and cfg.use_lora:
-            kwargs |= dict(
-                lora_rank=cfg.lora_rank,
-                lora_alpha=cfg.lora_alpha,
-                lora_dropout=cfg.lora_dropout,
-                lora_target_modules=list(cfg.lora_target_modules),
-            )
-    kwargs.update(extra)
-    # packed only where it saves compute (flash-attention), decided by each worker for the backend it resolved
-    kwargs.setdefault("packing", "auto" if cfg.packing_samples else "off")
-    return WorkerConfig(**kwargs)
 
 
 def policy_loss_config(cfg: BasePPOExpConfig):

@@ -207,6 +207,7 @@ def start_worker_groups(
     (blocking); the setups are sent, not awaited."""
     from reasonrl.distributed.ppo_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
     from reasonrl.distributed.worker_group import WorkerGroup
+    from reasonrl.run.role_settings import worker_config
 
     classes = {"policy": PolicyWorker, "ref": ReferenceWorker, "critic": CriticWorker, "reward": RewardModelWorker}
     groups: dict[str, Any] = {}
@@ -217,7 +218,7 @@ def start_worker_groups(
             stack.callback(logged, groups[role].kill)
             pad = reward_pad_id if role == "reward" and reward_pad_id is not None else pad_token_id
             # attn_implementation travels unresolved: each worker resolves "auto" where it runs
-            worker_cfg = cfg.worker_config(role, num_rollout_steps=num_steps, pad_token_id=pad)
+            worker_cfg = worker_config(cfg, role, num_rollout_steps=num_steps, pad_token_id=pad)
             setups += groups[role].call_async("setup", worker_cfg)
     return groups, setups
 

@@ -191,12 +191,14 @@ def test_hub_ids_are_pinned_to_the_commit_they_resolve_to(offline_hub, tiny_mode
 
 
 def test_a_run_pins_its_model_fields_and_its_saved_config_records_them(offline_hub, no_network, tmp_path):
+    from reasonrl.run.role_settings import worker_config
+
     cfg = BasePPOExpConfig(pretrain=REPO, critic_pretrain=f"{REPO}@v0", device="cpu")
     assert cfg.pin_models() == {"pretrain": f"{REPO}@{SHA}", "critic_pretrain": f"{REPO}@{OLD_SHA}"}
     assert (cfg.pretrain, cfg.critic_pretrain, cfg.reward_pretrain) == (f"{REPO}@{SHA}", f"{REPO}@{OLD_SHA}", None)
     assert cfg.pin_models() == {}  # pinned once
-    assert cfg.worker_config("policy", num_rollout_steps=1).model_path == f"{REPO}@{SHA}"  # not the driver's folder
-    assert cfg.worker_config("critic", num_rollout_steps=1).model_path == f"{REPO}@{OLD_SHA}"
+    assert worker_config(cfg, "policy", num_rollout_steps=1).model_path == f"{REPO}@{SHA}"  # not the driver's folder
+    assert worker_config(cfg, "critic", num_rollout_steps=1).model_path == f"{REPO}@{OLD_SHA}"
     saved = json.loads(cfg.save_json(tmp_path / "config.json").read_text())
     assert saved["pretrain"] == f"{REPO}@{SHA}"
     assert saved[PINNED_FROM] == {"pretrain": REPO, "critic_pretrain": f"{REPO}@v0"}
@@ -220,6 +222,7 @@ def test_resume_loads_the_commit_its_checkpoint_pinned_not_todays_main(offline_h
     from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
     from reasonrl.exp import BasePPOExp
     from reasonrl.run.lifecycle import ExperimentRunner
+    from reasonrl.run.role_settings import worker_config
 
     def config(**kw):
         return TinyGRPOCPUConfig(pretrain=REPO, ckpt_dir=str(tmp_path / "ckpt"), log_dir=str(tmp_path / "l"), **kw)
@@ -231,7 +234,7 @@ def test_resume_loads_the_commit_its_checkpoint_pinned_not_todays_main(offline_h
     resumed = ExperimentRunner(BasePPOExp(config(resume="auto")))
     assert resumed.resume_checkpoint() is not None  # the comparison passed: owner/name matches its pin
     assert resumed.cfg.pretrain == f"{REPO}@{SHA}" and resumed.cfg.pin_models() == {}
-    assert resumed.cfg.worker_config("ref").model_path == f"{REPO}@{SHA}"
+    assert worker_config(resumed.cfg, "ref").model_path == f"{REPO}@{SHA}"
     assert resolve_model_path(resumed.cfg.pretrain) == str(offline_hub)
     fresh = config(resume="none")
     model_paths._DOWNLOADED.clear()  # a new process: main resolves afresh

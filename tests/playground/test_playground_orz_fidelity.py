@@ -212,13 +212,15 @@ def test_one_policy_step_and_twelve_critic_steps_in_one_pass(name):
 
 @pytest.mark.parametrize("name", sorted(ORZ_TABLES))
 def test_workers_warm_up_for_fifty_of_their_own_optimizer_steps(name, tiny_model_dir):
+    from reasonrl.run.role_settings import worker_config
+
     cfg = resolved(name).with_overrides({"pretrain": str(tiny_model_dir)})  # a local model: worker configs resolve it
-    policy = cfg.worker_config("policy", num_rollout_steps=100)
+    policy = worker_config(cfg, "policy", num_rollout_steps=100)
     assert (policy.lr, policy.warmup_steps, policy.total_steps) == (1e-6, 50, 100)
     assert (policy.weight_decay, policy.grad_clip, policy.lr_schedule) == (0.0, 1.0, "constant")
     assert math.ceil(policy.warmup_steps / cfg.policy_optimizer_steps_per_rollout) == 50  # rollouts to full LR
     if cfg.use_critic:
-        critic = cfg.worker_config("critic", num_rollout_steps=100)
+        critic = worker_config(cfg, "critic", num_rollout_steps=100)
         assert (critic.lr, critic.warmup_steps, critic.total_steps) == (5e-6, 50, 1200)
         assert math.ceil(critic.warmup_steps / cfg.critic_optimizer_steps_per_rollout) == 5  # ORZ: ~4 rollouts
 
