@@ -119,6 +119,7 @@ def run_rl(
     ``eval_interval=5``)."""
     from reasonrl.data.eval_names import eval_set_names
     from reasonrl.exp import BasePPOExp
+    from reasonrl.run.checks import validate_run
     from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
 
     # not the recipe's own name: the demo never touches a user's recipe runs
@@ -128,7 +129,7 @@ def run_rl(
         exp_name=exp_name, seed=seed, max_steps=steps, log_dir=log_dir, ckpt_dir=ckpt_dir, resume="none"
     )
     cfg = cfg.with_overrides({"progress_bar": False, **overrides})
-    cfg.validate()
+    validate_run(cfg)
     for previous in (Path(ckpt_dir) / cfg.exp_name, Path(log_dir) / cfg.exp_name):  # the demo's own folders only
         if previous.exists():
             logger.info(f"replacing the previous demo run in {previous}")

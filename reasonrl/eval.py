@@ -63,6 +63,7 @@ class EvalConfig(BasePPOExpConfig):
         cluster (``cluster_resources``, ``nodes``) is checked by ``build_placement`` when the engines start."""
         from reasonrl.config import consistency
         from reasonrl.config import validate as v
+        from reasonrl.data.source_checks import data_source_problems
 
         problems = v._type_problems(self)
         if problems:
@@ -70,7 +71,7 @@ class EvalConfig(BasePPOExpConfig):
         problems += v._check_models(self) + v._check_names(self) + v._check_ranges(self)
         if not self.eval_data:
             problems.append("eval_data is empty: give at least one built-in dataset or a data file to evaluate on")
-        problems += v.data_source_problems(dataclasses.replace(self, train_data=[]), required=False)
+        problems += data_source_problems(dataclasses.replace(self, train_data=[]), required=False)
         if self.reward_fn is not None:
             problems += v._reward_fn_problems(self.reward_fn)
         problems += consistency.eval_sampling_problems(self) + consistency.engine_length_problems(self)

@@ -100,10 +100,11 @@ def run_recipe(
     from reasonrl.config import ConfigError
     from reasonrl.distributed.ray_cluster import AddressCheck
 
+    from reasonrl.run.checks import validate_run
     try:
         cfg = cfg_cls.from_cli(argv)
         address_check = AddressCheck(cfg.ray_address)  # runs while the config is checked: a silent address costs 1 s
-        cfg.validate()
+        validate_run(cfg)
         runner = ExperimentRunner(exp_cls(cfg), address_check=address_check)
         runner.resume_checkpoint()  # a checkpoint of another config is refused here (kept for run(), not re-resolved)
     except ConfigError as err:  # a readable message, no traceback: nothing has started yet

@@ -17,6 +17,7 @@ import pytest
 
 import reasonrl.config as config_mod
 from reasonrl.config import BasePPOExpConfig, ConfigError, debug_mode_requested, parse_overrides
+from reasonrl.run.checks import validate_run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -261,7 +262,7 @@ def test_bad_config_rejected_fast_with_message(case, overrides, pattern, names, 
         overrides = overrides(tmp_path)
     start = time.perf_counter()
     with pytest.raises(ConfigError) as info:
-        good(**overrides).validate(**validate_kwargs)
+        validate_run(good(**overrides), **validate_kwargs)  # the config's checks and its data's, as a run
     elapsed = time.perf_counter() - start
     message = str(info.value)
     assert re.search(pattern, message, re.S), message

@@ -32,8 +32,6 @@ CONFIG_THIRD_PARTY = {
     "yaml",  # reasonrl.config.overrides: config=<file.yaml>
 }
 CONFIG_REGISTRY_NAMES = {
-    "reasonrl.data.arithmetic.GENERATED_DATASETS",
-    "reasonrl.data.prepare.BUILTIN_DATASETS",
     "reasonrl.data.loader.PRESETS",
     "reasonrl.rewards.extract.EXTRACT_MODES",
     "reasonrl.utils.tracking.TRACKERS",
@@ -41,13 +39,9 @@ CONFIG_REGISTRY_NAMES = {
 # Imports of config/ that reach up for more than a registry's names, each lazy (inside a function) and justified in
 # one line; the lead moves each behind a registry (or out of config/) and removes its entry (a stale entry fails).
 KNOWN_CONFIG_REACH_UP = {
-    # validate.py: validate() checks that the data files exist and parse, and that no eval set repeats a training
-    # source or another eval set (data/ never imports config/, so no cycle)
-    "reasonrl.data.eval_names.duplicate_sources",  # two eval sets of one source are refused
-    "reasonrl.data.overlap.shared_sources",  # an eval set that is a training source is refused
-    "reasonrl.data.sources.DataFormatError",  # a malformed data file is a config problem, named with its line
-    "reasonrl.data.sources.check_source",  # the file / folder / Hub id of a data field exists
-    "reasonrl.data.sources.parse_source",  # the same parser the loaders use (one syntax)
+    # cli.py: `python -m reasonrl.config` (a command, not a check of config/) validates a config as a run does, its
+    # data sources too (reasonrl.run.checks.validate_run passes the same checks; validate() itself never reads data)
+    "reasonrl.data.source_checks.data_problems",
     # mapping.py: BasePPOExpConfig.policy_loss_config() & co. build the losses' and rewards' own settings from the
     # fields (each DeepSpeed role's WorkerConfig is built in the run layer: reasonrl.run.role_settings)
     "reasonrl.algos.loss_settings.PolicyLossConfig",  # cfg.policy_loss_config(): the losses' settings, once per run
@@ -58,6 +52,7 @@ KNOWN_CONFIG_REACH_UP = {
 # Modules below config/ that config/ may build on: standard library and third-party only, no other reasonrl module
 # (checked below), so that actors can use them without importing config/ (distributed/ never does).
 CONFIG_BUILDS_ON = {
+    "reasonrl.utils.hints",  # the "did you mean" hint and the empty-list-item problem, shared with data/'s checks
     "reasonrl.utils.hub",  # Hub ids and the HF cache of this process: the driver pins with it, each actor resolves
     "reasonrl.utils.cpus",  # the logical CPUs of a local Ray instance: init_ray starts it so, validation checks it
     "reasonrl.utils.even_split",  # the one even split: mini-batch bounds here, engines and ranks in the loop
@@ -386,6 +381,20 @@ def test_the_loop_holds_the_step_only():
     assert not bad, f"the loop starts, restarts or checks a run (the run layer's job, reasonrl/run/): {bad}"
     assert all(_in(name, RUN_LAYER) for name in START_UP if name.startswith("reasonrl.run"))
     assert {"reasonrl.run.lifecycle", "reasonrl.run.launch"} <= set(modules)
+
+
+# How a driver calls an actor: Ray's ``actor.method.remote(...)`` (``.options(...)`` before it) and WorkerGroup's
+# method-name calls. The loop makes none of them: it calls the typed role handles (reasonrl.distributed.handles).
+ACTOR_CALLS = {"remote", "options", "call", "call_async", "call_sharded", "call_sharded_async"}
+
+
+def test_the_loop_calls_workers_through_typed_handles_only():
+    bad: dict[str, list[str]] = {}
+    for path in sorted((PACKAGE_ROOT / "loop").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ACTOR_CALLS:
+                bad.setdefault(path.name, []).append(f"line {node.lineno}: {ast.unparse(node.func)}")
+    assert not bad, f"the loop calls workers by method name (use a handle of distributed/handles.py): {bad}"
 
 
 # How a driver calls an actor: Ray's ``actor.method.remote(...)`` (``.options(...)`` before it) and WorkerGroup's

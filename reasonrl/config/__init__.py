@@ -12,7 +12,8 @@ An experiment is a dataclass that subclasses :class:`BasePPOExpConfig` and chang
         n_samples_per_prompt: int = 64
 
     cfg = Qwen7BPPO.from_cli(sys.argv[1:])   # DEBUG_MODE=1 shrink, then key=value overrides (type-checked)
-    cfg.validate()                           # every problem at once, before ray.init
+    cfg.validate()                           # every problem at once, before ray.init (a run also checks its
+                                             # data: reasonrl.run.checks.validate_run)
     print(cfg.table())
 
 Rules this module keeps (see docs/config.md):
@@ -21,10 +22,12 @@ Rules this module keeps (see docs/config.md):
   subclass defaults are one name each. Every field has a help text (``field(metadata={"help": ...})``).
 * Every default is a constant. Nothing is read from the environment at import time: ``DEBUG_MODE`` is read when
   the runner calls :meth:`BasePPOExpConfig.from_cli` / :func:`debug_mode_requested`.
-* :meth:`BasePPOExpConfig.validate` imports only the standard library and light reasonrl modules (data names,
-  placement planning); never Ray, DeepSpeed or vLLM, and torch only to count local GPUs when ``device`` is
-  ``gpu``/``auto`` and no Ray address is given. The algorithm names are mirrored here as constants (importing
-  ``reasonrl.algos`` would import torch); ``tests/test_config.py`` checks they equal the registries.
+* :meth:`BasePPOExpConfig.validate` imports only the standard library and light reasonrl modules (registry names,
+  the pure planners of :mod:`reasonrl.planning`); the data a config names is checked above it
+  (:mod:`reasonrl.data.source_checks`, passed in by the run: :func:`reasonrl.run.checks.validate_run`). Never Ray,
+  DeepSpeed or vLLM, and torch only to count local GPUs when ``device`` is ``gpu``/``auto`` and no Ray address is
+  given. The algorithm names are mirrored here as constants (importing ``reasonrl.algos`` would import torch);
+  ``tests/test_config.py`` checks they equal the registries.
 
 Layout (one job per module; everything public is re-exported here, so ``from reasonrl.config import X`` works):
 
@@ -34,7 +37,8 @@ Layout (one job per module; everything public is re-exported here, so ``from rea
 * ``model_paths``: model fields as local folders (offline names, local paths, Hub ids via ``huggingface_hub``);
 * ``fields``: field declaration and metadata; ``base``: the :class:`BasePPOExpConfig` dataclass; ``derived``: its
   derived values;
-* ``mapping``: worker, loss, reward and placement configs derived from a config;
+* ``mapping``: loss, reward and placement configs derived from a config (each role's ``WorkerConfig``:
+  :mod:`reasonrl.run.role_settings`);
 * ``validate`` / ``consistency``: the validation rules; ``probes``: reward files, folders and GPUs of this machine;
 * ``convert``: typed parsing of values; ``overrides``: ``field=value`` and ``DEBUG_MODE``; ``debug``: the debug shrink;
 * ``serialise``: JSON; ``render``: table, ``--help`` and the Markdown reference; ``cli``: ``python -m reasonrl.config``.

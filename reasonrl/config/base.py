@@ -23,7 +23,7 @@ from reasonrl.config.names import ORZ_STOP_STRINGS
 from reasonrl.config.overrides import apply_overrides, config_from_cli, debug_mode_requested
 from reasonrl.config.render import config_help, config_table, markdown_fields
 from reasonrl.config.serialise import config_to_dict, load_config_json, save_config_json
-from reasonrl.config.validate import validate_config
+from reasonrl.config.validate import DataChecks, validate_config
 
 
 @dataclass
@@ -504,7 +504,11 @@ class BasePPOExpConfig(DerivedValues):
 
     # ------------------------------------------------------------------------------------------ validation
     def validate(
-        self, cluster_resources: Mapping[str, float] | None = None, nodes: Sequence[Any] | None = None
+        self,
+        cluster_resources: Mapping[str, float] | None = None,
+        nodes: Sequence[Any] | None = None,
+        *,
+        data_checks: DataChecks | None = None,
     ) -> None:
         """Raise :class:`ConfigError` listing every problem of this config, each with the fix; return None if OK.
 
@@ -512,9 +516,11 @@ class BasePPOExpConfig(DerivedValues):
         lengths, colocation rules and, when ``device`` is ``gpu``/``auto`` and ``ray_address`` is None, that this
         machine has enough GPUs (``torch.cuda.device_count()``). Call it again after ``ray.init`` with
         ``ray.cluster_resources()`` and ``ray.nodes()`` to check the request against the cluster
-        (``check_feasible``). Never imports Ray, DeepSpeed or vLLM.
+        (``check_feasible``). Never imports Ray, DeepSpeed or vLLM. The data sources are checked by the run, above
+        the config, in line with the rest: ``data_checks`` (:func:`reasonrl.run.checks.validate_run` passes
+        :func:`reasonrl.data.source_checks.data_problems`).
         """
-        validate_config(self, cluster_resources, nodes)
+        validate_config(self, cluster_resources, nodes, data_checks=data_checks)
 
     # ------------------------------------------------------------------------------------------ overrides / CLI
     def with_overrides(self, overrides: Mapping[str, Any], *, strict: bool = True):

@@ -16,6 +16,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     on problems). ``config=`` takes a JSON/YAML file of BasePPOExpConfig fields (a recipe's checkpoint config.json
     names its recipe's class: load it with that recipe). ``--markdown`` prints the field reference;
     ``--write-docs PATH`` regenerates it inside PATH's markers."""
+    from reasonrl.data.source_checks import data_problems
+
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--markdown" in argv:
         print(BasePPOExpConfig.markdown_reference(), end="")
@@ -28,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = BasePPOExpConfig.from_cli(argv)
         print(cfg.table())
-        cfg.validate()
+        cfg.validate(data_checks=data_problems)  # as a run checks it (reasonrl.run.checks.validate_run)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
-from typing import Any
+
+from reasonrl.utils.hints import close_hint
 
 
 class ConfigError(ValueError):
@@ -17,8 +17,4 @@ class ConfigError(ValueError):
         super().__init__(f"{title}: {n} problem{'s' if n != 1 else ''}:\n{body}")
 
 
-def _close(value: Any, candidates: Sequence[Any], n: int = 2) -> str:
-    if not isinstance(value, str):
-        return ""
-    matches = difflib.get_close_matches(value, [str(c) for c in candidates], n=n, cutoff=0.6)
-    return f" (did you mean {' or '.join(repr(m) for m in matches)}?)" if matches else ""
+_close = close_hint  # the "did you mean" hint of every config message (reasonrl.utils.hints: data/ shares it)

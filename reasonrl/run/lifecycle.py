@@ -111,10 +111,11 @@ class ExperimentRunner:
         """Validate, build and check the hooks' results, start, train, clean up. Returns the last step's metrics."""
         from reasonrl.distributed.ray_cluster import AddressCheck
         from reasonrl.rewards.main_guard import exit_if_reimporting_main
+        from reasonrl.run.checks import validate_run
 
         exit_if_reimporting_main(f"{type(self.exp).__name__}.run()")  # a worker re-running an unguarded script
         cfg = self.cfg
-        cfg.validate()  # fails here, before any process starts
+        validate_run(cfg)  # fails here, before any process starts (the config's checks and its data's)
         check = self._address_check
         if check is None or check.address != cfg.ray_address:
             check = AddressCheck(cfg.ray_address)

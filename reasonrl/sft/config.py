@@ -288,7 +288,7 @@ class SFTConfig:
         return problems
 
     def _data_problems(self) -> list[str]:
-        from reasonrl.config.validate import data_source_problems
+        from reasonrl.data.source_checks import data_source_problems
 
         in_memory = self.rows is not None or self.generator is not None
         return data_source_problems(self, required=not in_memory)

@@ -1,6 +1,6 @@
-"""The data-source check of ``validate()`` (``reasonrl.config.validate.data_source_problems``, shared by the RL and
-SFT configs): ``path@split`` sources, folders that mix splits, missing paths and duplicate eval entries are
-reported before anything starts, without reading rows."""
+"""The data-source check of a run (``reasonrl.data.source_checks.data_source_problems``, passed to ``validate()`` by
+``reasonrl.run.checks.validate_run``, shared by the RL and SFT configs): ``path@split`` sources, folders that mix
+splits, missing paths and duplicate eval entries are reported before anything starts, without reading rows."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from reasonrl.config import BasePPOExpConfig, ConfigError
-from reasonrl.config.validate import data_source_problems
+from reasonrl.data.source_checks import data_source_problems
+from reasonrl.run.checks import validate_run
 from reasonrl.sft.config import SFTConfig
 
 
@@ -46,9 +47,9 @@ def test_split_sources_pass_and_every_problem_is_named(tmp_path):
 
 def test_rl_and_sft_configs_refuse_before_starting(tmp_path):
     snap = _snapshot(tmp_path / "snap")
-    BasePPOExpConfig(pretrain="tiny", device="cpu", generate_max_len=512, train_data=[f"{snap}@train"]).validate()
+    validate_run(BasePPOExpConfig(pretrain="tiny", device="cpu", generate_max_len=512, train_data=[f"{snap}@train"]))
     with pytest.raises(ConfigError, match=r"train_data: .*holds several splits"):
-        BasePPOExpConfig(pretrain="tiny", device="cpu", generate_max_len=512, train_data=[str(snap)]).validate()
+        validate_run(BasePPOExpConfig(pretrain="tiny", device="cpu", generate_max_len=512, train_data=[str(snap)]))
     with pytest.raises(ConfigError, match=r"eval_data: duplicate entry 'gsm8k_test'"):
         SFTConfig(
             pretrain="tiny",
@@ -64,7 +65,7 @@ def test_empty_items_of_list_fields_are_refused_naming_field_and_position():
     base = ["pretrain=tiny", "device=cpu", "generate_max_len=512"]
     cfg = BasePPOExpConfig.from_cli([*base, "train_data=gsm8k_train,", "eval_data=,math500_test", "stop=</answer>,"])
     with pytest.raises(ConfigError) as err:
-        cfg.validate()
+        validate_run(cfg)
     problems = err.value.problems
     assert len(problems) == 3, problems
     assert problems[0].startswith(
@@ -74,7 +75,7 @@ def test_empty_items_of_list_fields_are_refused_naming_field_and_position():
     assert problems[1].startswith("eval_data: item 1 of 2 is empty (['', 'math500_test'])")
     assert problems[2].startswith("stop: item 2 of 2 is empty (['</answer>', ''])")
     assert BasePPOExpConfig.from_cli([*base, "stop="]).stop == []
-    BasePPOExpConfig.from_cli([*base, "stop="]).validate()
+    validate_run(BasePPOExpConfig.from_cli([*base, "stop="]))
     assert _problems(["  "]) == [
         "train_data: item 1 of 1 is empty (['  ']) and as a path would load the current folder; a trailing or "
         "doubled comma on the command line makes one: remove it (for no items at all write train_data=)"
@@ -104,5 +105,5 @@ def test_a_training_source_that_reads_an_eval_set_is_refused(tmp_path):
     assert data_source_problems(allowed) == []
     cfg = BasePPOExpConfig(pretrain="tiny", device="cpu", generate_max_len=512, eval_data=["math_train"])
     with pytest.raises(ConfigError, match=r"train_data: 'math_train' is also an eval_data entry"):
-        cfg.validate()
-    cfg.with_overrides({"allow_train_eval_overlap": "true"}).validate()
+        validate_run(cfg)
+    validate_run(cfg.with_overrides({"allow_train_eval_overlap": "true"}))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from reasonrl.config import BasePPOExpConfig
-from reasonrl.config.validate import data_source_problems
+from reasonrl.data.source_checks import data_source_problems
 from reasonrl.data import DataFormatError, load_rows
 from reasonrl.data.overlap import shared_sources
 from reasonrl.data.prepare import builtin_dataset_path

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("reasoning_gym")
 
 from playground.tiny_ppo_cpu import TinyPPOCPUConfig  # noqa: E402
-from reasonrl.config.validate import data_source_problems  # noqa: E402
+from reasonrl.data.source_checks import data_source_problems  # noqa: E402
 from reasonrl.data.gym_source import (  # noqa: E402
     DEFAULT_SEED,
     DEFAULT_SIZE,
