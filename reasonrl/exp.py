@@ -99,9 +99,9 @@ def run_recipe(
     """
     from reasonrl.config import ConfigError
     from reasonrl.distributed.ray_cluster import AddressCheck
-
     from reasonrl.run.checks import validate_run
     try:
+
         cfg = cfg_cls.from_cli(argv)
         address_check = AddressCheck(cfg.ray_address)  # runs while the config is checked: a silent address costs 1 s
         validate_run(cfg)

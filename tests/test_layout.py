@@ -395,17 +395,3 @@ def test_the_loop_calls_workers_through_typed_handles_only():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ACTOR_CALLS:
                 bad.setdefault(path.name, []).append(f"line {node.lineno}: {ast.unparse(node.func)}")
     assert not bad, f"the loop calls workers by method name (use a handle of distributed/handles.py): {bad}"
-
-
-# How a driver calls an actor: Ray's ``actor.method.remote(...)`` (``.options(...)`` before it) and WorkerGroup's
-# method-name calls. The loop makes none of them: it calls the typed role handles (reasonrl.distributed.handles).
-ACTOR_CALLS = {"remote", "options", "call", "call_async", "call_sharded", "call_sharded_async"}
-
-
-def test_the_loop_calls_workers_through_typed_handles_only():
-    bad: dict[str, list[str]] = {}
-    for path in sorted((PACKAGE_ROOT / "loop").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ACTOR_CALLS:
-                bad.setdefault(path.name, []).append(f"line {node.lineno}: {ast.unparse(node.func)}")
-    assert not bad, f"the loop calls workers by method name (use a handle of distributed/handles.py): {bad}"
