@@ -290,7 +290,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
     from reasonrl.distributed.placement import build_placement
     from reasonrl.distributed.ray_cluster import check_ray_address, init_ray
     from reasonrl.exp import BasePPOExp
-    from reasonrl.loop.scoring import routing_problems
+    from reasonrl.rewards.routing import routing_problems
     from reasonrl.run.launch import logged, ray_cluster_checked, start_vllm_engines
     from reasonrl.utils.reaper import start_reaper
 
@@ -302,7 +302,10 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
         eval_sets = hooks.load_eval_sets()
     except (DataFormatError, FileNotFoundError) as err:
         raise ConfigError([f"eval_data cannot be loaded: {err}"], title="bad eval data") from None
-    problems = routing_problems(cfg, {f"eval_data {name}": rows for name, rows in eval_sets.items()})
+    from reasonrl.data.gym_source import gym_sources
+
+    sets = {f"eval_data {name}": rows for name, rows in eval_sets.items()}
+    problems = routing_problems(cfg, sets, gym=gym_sources(cfg))
     if problems:  # a row the scorer cannot route, before Ray and the engines start
         raise ConfigError(problems, title="bad eval data")
     tokenizer = AutoTokenizer.from_pretrained(cfg.resolve_model_path(cfg.pretrain))

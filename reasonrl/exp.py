@@ -67,9 +67,10 @@ class BasePPOExp:
         return {name: load_rows(s, **options).rows for name, s in zip(names, sources, strict=True)}
 
     def build_scorer(self):
-        from reasonrl.loop.scoring import build_scorer
+        from reasonrl.data.gym_source import gym_sources
+        from reasonrl.rewards.routing import build_scorer
 
-        return build_scorer(self.cfg)
+        return build_scorer(self.cfg, gym_sources(self.cfg))
 
     def build_template(self, tokenizer):
         from reasonrl.data import get_template
@@ -100,8 +101,8 @@ def run_recipe(
     from reasonrl.config import ConfigError
     from reasonrl.distributed.ray_cluster import AddressCheck
     from reasonrl.run.checks import validate_run
-    try:
 
+    try:
         cfg = cfg_cls.from_cli(argv)
         address_check = AddressCheck(cfg.ray_address)  # runs while the config is checked: a silent address costs 1 s
         validate_run(cfg)

@@ -116,7 +116,7 @@ with open(os.environ["RUNS_FILE"], "a") as f:
     f.write(f"{os.getpid()}\\n")
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 from reasonrl.exp import BasePPOExp
-from reasonrl.loop.scoring import MathScorer
+from reasonrl.rewards.scorers import MathScorer
 
 class MyExp(BasePPOExp):
     def load_train_rows(self):

@@ -180,7 +180,7 @@ def warm_imports():
     from transformers import AutoTokenizer  # noqa: F401
 
     import reasonrl.data  # noqa: F401
-    import reasonrl.loop.scoring  # noqa: F401
+    import reasonrl.rewards.routing  # noqa: F401
     from reasonrl.models import tiny_model_path
 
     tiny_model_path()

@@ -283,7 +283,7 @@ def parse_gym_source(text: str) -> GymSourceSpec:
     seed = _parse_int(text, "seed", given.pop("seed", str(DEFAULT_SEED)), minimum=0)
     unsafe = _parse_bool(text, "allow_unsafe_scorer", given.pop("allow_unsafe_scorer", "false"))
     config_cls = _task_config_class(text, task)
-    from reasonrl.data.gym import UNSAFE_TASKS
+    from reasonrl.rewards.gym import UNSAFE_TASKS
 
     if task in UNSAFE_TASKS and not unsafe:
         raise _fail(
@@ -372,9 +372,37 @@ def gym_source_identity(text: str) -> set[tuple]:
     }
 
 
+def config_gym_sources(cfg) -> list[str]:
+    """The ``gym:`` sources among the config's ``train_data`` and ``eval_data``."""
+    sources = [*(getattr(cfg, "train_data", None) or ()), *(getattr(cfg, "eval_data", None) or ())]
+    return [s for s in sources if is_gym_source(s)]
+
+
+def allowed_unsafe_tasks(cfg) -> frozenset[str]:
+    """The reasoning-gym tasks with an ``eval``-based scorer that the config allows: those of its ``gym:`` sources
+    that say ``allow_unsafe_scorer=true``. A data row can never allow one itself."""
+    allowed = set()
+    for source in config_gym_sources(cfg):
+        try:
+            spec = parse_gym_source(source)
+        except DataFormatError:
+            continue  # reported by config validation
+        if spec.allow_unsafe_scorer:
+            allowed.add(spec.task)
+    return frozenset(allowed)
+
+
+def gym_sources(cfg):
+    """What the config's ``gym:`` sources tell reward routing (:class:`reasonrl.rewards.routing.GymSources`): the
+    ``eval``-based tasks they allow, and whether there is any (the gym scorer then starts with the run)."""
+    from reasonrl.rewards.routing import GymSources
+
+    return GymSources(allowed_unsafe=allowed_unsafe_tasks(cfg), named=bool(config_gym_sources(cfg)))
+
+
 def describe_tasks() -> str:
     """Every reasoning-gym task with its options and their defaults, one task a line (unsafe scorers marked)."""
-    from reasonrl.data.gym import UNSAFE_TASKS
+    from reasonrl.rewards.gym import UNSAFE_TASKS
 
     lines = []
     for task, (_, config_cls) in sorted(_registry("gym:").items()):

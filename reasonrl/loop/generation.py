@@ -5,8 +5,9 @@ and ``python -m reasonrl.eval``.
 them evenly over the engines, and scores the completions as they arrive (:mod:`reasonrl.loop.rollout_stream`):
 with ``stream_rollout`` each completion as soon as its engine finishes it, else each engine's part as soon as that
 engine returns (as ORZ does), while the engines still generate. The result is prompt-major whatever the order
-the engines finished in, and each final reward is the rule/user reward plus the learned reward model's score when
-there is one.
+the engines finished in, and each final reward is assembled by :func:`reasonrl.rewards.shaping.final_reward` (the
+scorer's reward, the environment's rewards of a multi-turn sample, the learned reward model's score when there is
+one).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from reasonrl.dataplane.completion import Completion
 from reasonrl.distributed.handles import EngineHandle, RewardModelHandle
 from reasonrl.loop.multi_turn import EnvTimes, MultiTurnRollout, MultiTurnSettings
 from reasonrl.loop.rollout_stream import OnReady, score_as_they_arrive
+from reasonrl.rewards.shaping import final_reward
 from reasonrl.utils.even_split import even_bounds
 from reasonrl.utils.rng import derive_seed
 
@@ -260,8 +262,7 @@ class Generator:
         def score(completions: list[Completion]) -> list:
             results = self.score_serialised(completions, [rows[c.prompt_index] for c in completions])
             for c, r in zip(completions, results, strict=True):
-                if c.env_reward:  # multi-turn: the environment's per-turn rewards join the outcome reward
-                    r.reward = float(r.reward) + c.env_reward
+                final_reward(r, env_reward=c.env_reward)  # multi-turn: the environment's per-turn rewards join it
             return results
 
         completions, results, times = await score_as_they_arrive(
@@ -274,15 +275,14 @@ class Generator:
         )
 
     async def add_reward_model_scores(self, completions: Sequence[Completion], results: Sequence) -> list[float]:
-        """With a learned reward model: add its score to each ``results[i].reward`` (and set ``model_score``) and
+        """With a learned reward model: its score joins each final reward (:func:`final_reward`: ``model_score``) and
         return the scores; without one, nothing (an empty list). Everything downstream (dynamic sampling, the
         logged reward, the advantages) sees the same final reward."""
         if self.reward_model is None or not completions:
             return []
         scores = (await self.reward_model_scores(completions)).tolist()
         for r, s in zip(results, scores, strict=True):
-            r.reward = float(r.reward) + s
-            r.model_score = s
+            final_reward(r, model_score=s)
         return scores
 
     async def reward_model_scores(self, completions: Sequence[Completion]) -> torch.Tensor:

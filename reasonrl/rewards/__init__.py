@@ -16,6 +16,7 @@ from reasonrl.rewards.repetition import RepetitionStats, repetition_stats, respo
 from reasonrl.rewards.shaping import (
     RewardConfig,
     RewardResult,
+    final_reward,
     format_ok,
     overlong_penalty,
     reward_metrics,
@@ -44,6 +45,7 @@ __all__ = [
     "batched_reward",
     "extract_answer",
     "extract_choice",
+    "final_reward",
     "format_ok",
     "last_boxed",
     "load_reward_fn",

@@ -19,6 +19,9 @@ generation limit and L_cache the buffer::
 
 (The same formula as ``reasonrl.algos.dapo.soft_overlong_punishment``, in plain Python so reward code needs no
 torch.)
+
+A sample's final reward adds the environment's rewards (multi-turn) and a learned reward model's score to this:
+:func:`final_reward`, the one place it is assembled.
 """
 
 from __future__ import annotations
@@ -78,8 +81,10 @@ class RewardResult:
     format_bonus: float = 0.0
     overlong_penalty: float = 0.0
     elapsed_s: float = 0.0
-    model_score: float = 0.0  # added to ``reward`` by the trainer when a learned reward model scores the response
+    model_score: float = 0.0  # a learned reward model's score of the response (:func:`final_reward` adds it)
     code_verdict: Any = None  # ``reasonrl.rewards.code.CodeVerdict`` of a code row (tests passed/total, status)
+    env_reward: float = 0.0  # multi-turn: the environment's per-turn rewards, summed (:func:`final_reward` adds them)
+    scored_reward: float | None = None  # the scorer's reward (outcome + shaping), kept once :func:`final_reward` ran
 
 
 _THINK_CLOSE = "</think>"
@@ -110,6 +115,31 @@ def overlong_penalty(length: int, max_length: int, buffer_len: int, factor: floa
         raise ValueError(f"need 0 < overlong_buffer_len <= max_response_length, got {buffer_len}, {max_length}")
     exceed = length - (max_length - buffer_len)
     return -factor * min(max(exceed / buffer_len, 0.0), 1.0)
+
+
+def final_reward(result, *, env_reward: float | None = None, model_score: float | None = None) -> float:
+    """A sample's final reward, assembled here and nowhere else; it becomes ``result.reward``, the one number that
+    dynamic sampling, the logged reward and the advantages read::
+
+        final   = scored + env_reward + model_score                 (summed left to right)
+        scored  = outcome + format_bonus + overlong_penalty         a rule scorer's reward (score_responses,
+                                                                    reasonrl.rewards.scorers.shaped_results)
+                = the reward function's value                       reward_fn (UserFnScorer) or a custom scorer
+        outcome = wrong + s * (correct - wrong) * [finish == "stop" or not require_stop]   (s: rule score in [0, 1])
+
+    ``env_reward`` (multi-turn: the environment's per-turn rewards, summed) and ``model_score`` (the learned reward
+    model's score) are 0 unless given. The rollout calls it once a completion is scored (with its ``env_reward``)
+    and again once the reward model has scored the batch (with ``model_score``): ``scored`` is taken from
+    ``result.reward`` on the first call and kept in ``result.scored_reward``, so each call starts from it. ``result``
+    is a :class:`RewardResult` or any object with a ``reward`` attribute (a custom scorer's)."""
+    if getattr(result, "scored_reward", None) is None:
+        result.scored_reward = float(result.reward)
+    if env_reward is not None:
+        result.env_reward = env_reward
+    if model_score is not None:
+        result.model_score = model_score
+    result.reward = result.scored_reward + getattr(result, "env_reward", 0.0) + getattr(result, "model_score", 0.0)
+    return result.reward
 
 
 def score_responses(

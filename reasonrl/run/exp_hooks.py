@@ -135,7 +135,7 @@ def _overlap_problems(cfg, train_rows: list[dict], eval_sets: dict[str, list[dic
 
 
 def _default_scorer(exp) -> bool:
-    """Whether ``exp`` uses ``BasePPOExp.build_scorer`` (the routing scorer of ``reasonrl.loop.scoring``)."""
+    """Whether ``exp`` uses ``BasePPOExp.build_scorer`` (the routing scorer of ``reasonrl.rewards.routing``)."""
     owner = next(k for k in type(exp).__mro__ if "build_scorer" in vars(k))
     return owner.__module__ == "reasonrl.exp" and owner.__qualname__ == "BasePPOExp"
 
@@ -156,10 +156,11 @@ def _check_data(exp, tokenizer, load_tokenizer) -> tuple[Any, list[dict], dict[s
     if train_rows is not None:
         problems += _overlap_problems(cfg, train_rows, eval_sets)
         if _default_scorer(exp):  # a custom scorer may accept its own data_source values
-            from reasonrl.loop.scoring import routing_problems
+            from reasonrl.data.gym_source import gym_sources
+            from reasonrl.rewards.routing import routing_problems
 
             sets = {"train_data": train_rows, **{f"eval_data {k}": v for k, v in eval_sets.items()}}
-            problems += routing_problems(cfg, sets)
+            problems += routing_problems(cfg, sets, gym=gym_sources(cfg))
     if problems:  # before the tokenizer is loaded: a data mistake is reported in well under a second
         raise HookError(problems)
     if load_tokenizer is not None:

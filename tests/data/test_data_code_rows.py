@@ -167,7 +167,7 @@ def test_normalize_tests_leaves_valid_dicts_alone():
 
 
 def test_route_names_match_the_trainer_routing():
-    from reasonrl.loop.scoring import ROUTES
+    from reasonrl.rewards.routing import ROUTES
 
     assert set(ROUTE_NAMES) == {r for r in ROUTES if ":" not in r}
 
@@ -175,7 +175,7 @@ def test_route_names_match_the_trainer_routing():
 def test_a_config_over_code_data_validates_and_malformed_data_is_refused_before_starting(tmp_path):
     from reasonrl.config import BasePPOExpConfig
     from reasonrl.exp import BasePPOExp
-    from reasonrl.loop.scoring import routing_problems
+    from reasonrl.rewards.routing import routing_problems
     from reasonrl.run.exp_hooks import HookError, build_inputs
 
     good = _jsonl(tmp_path / "train.jsonl", [{"id": f"p{i}", "question": f"q{i}", "tests": STDIO} for i in range(4)])

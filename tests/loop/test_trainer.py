@@ -70,7 +70,7 @@ def full_ppo_run(ray_cluster, tmp_path_factory) -> tuple[TinyPPOCPUConfig, Path,
 
     class NotebookExp(BasePPOExp):
         def build_scorer(self):
-            from reasonrl.loop.scoring import UserFnScorer
+            from reasonrl.rewards.scorers import UserFnScorer
 
             scorer = UserFnScorer(REWARD_FN)
 

@@ -6,6 +6,8 @@ import pytest
 
 from reasonrl.rewards import (
     RewardConfig,
+    RewardResult,
+    final_reward,
     format_ok,
     overlong_penalty,
     repetition_stats,
@@ -127,3 +129,12 @@ def test_repetition_stats():
     assert stats["repetition/looping_frac"] == pytest.approx(1 / 3)
     assert stats["repetition/max_ngram_count_max"] >= 30
     assert repetition_stats([])["repetition/looping_frac"] == 0.0
+
+
+def test_final_reward_is_scored_plus_environment_plus_reward_model_and_each_call_starts_from_the_scorer():
+    r = RewardResult(reward=0.5, correct=False, reason="wrong", format_bonus=0.25, overlong_penalty=-0.125)
+    assert final_reward(r, env_reward=0.3) == 0.5 + 0.3 and r.scored_reward == 0.5 and r.env_reward == 0.3
+    assert final_reward(r, model_score=-0.7) == r.reward == (0.5 + 0.3) + -0.7 and r.model_score == -0.7
+    assert final_reward(r) == r.reward  # again: the same parts, the same number (not added twice)
+    plain = RewardResult(reward=1, correct=True, reason="user_fn")  # a reward function's int
+    assert final_reward(plain, env_reward=0.0) == 1.0 and isinstance(plain.reward, float)

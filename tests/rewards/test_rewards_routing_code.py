@@ -12,7 +12,7 @@ from playground.tiny_ppo_cpu import TinyPPOCPUConfig
 from reasonrl.dataplane.completion import Completion
 from reasonrl.loop.eval_metrics import vote_keys
 from reasonrl.loop.rollout import rollout_metrics
-from reasonrl.loop.scoring import RoutingScorer, routing_problems
+from reasonrl.rewards.routing import RoutingScorer, routing_problems
 
 ADD = {"fn_name": "add", "inputs": [[1, 2], [5, 7], [-3, 3]], "outputs": [3, 12, 0]}
 ECHO = {"inputs": ["4\n", "10\n"], "outputs": ["8\n", "20\n"]}

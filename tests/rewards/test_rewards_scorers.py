@@ -8,7 +8,8 @@ import pytest
 
 from playground.tiny_ppo_cpu import TinyPPOCPUConfig
 from reasonrl.dataplane.completion import Completion
-from reasonrl.loop.scoring import MathScorer, UserFnScorer, build_scorer
+from reasonrl.rewards.routing import build_scorer
+from reasonrl.rewards.scorers import MathScorer, UserFnScorer
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "toy_rewards.py"
 

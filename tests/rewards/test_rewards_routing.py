@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from playground.tiny_ppo_cpu import TinyPPOCPUConfig
+from reasonrl.data.gym_source import gym_sources
 from reasonrl.dataplane.completion import Completion
-from reasonrl.loop.scoring import ExactMatchScorer, RoutingScorer, build_scorer, exact_key, routing_problems
+from reasonrl.rewards.routing import RoutingScorer, build_scorer, routing_problems
+from reasonrl.rewards.scorers import ExactMatchScorer, exact_key
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "toy_rewards.py"
 GYM_TRAIN = "gym:basic_arithmetic:size=4:seed=3"
@@ -36,7 +38,8 @@ def gym_rows():
 
 @pytest.fixture(scope="module")
 def scorer(gym_rows):
-    s = build_scorer(math_cfg(train_data=[GYM_TRAIN], eval_data=[]))
+    cfg = math_cfg(train_data=[GYM_TRAIN], eval_data=[])
+    s = build_scorer(cfg, gym_sources(cfg))
     s.wait_ready()
     yield s
     s.close()
@@ -142,7 +145,11 @@ def test_unknown_gym_task_and_problem_cap(gym_rows):
     ]
     unsafe_ok = math_cfg(train_data=["gym:simple_integration:allow_unsafe_scorer=true:size=2"], eval_data=[])
     assert (
-        routing_problems(unsafe_ok, {"t": [{"id": "a", "answer": "1", "gym": {**REF, "name": "simple_integration"}}]})
+        routing_problems(
+            unsafe_ok,
+            {"t": [{"id": "a", "answer": "1", "gym": {**REF, "name": "simple_integration"}}]},
+            gym=gym_sources(unsafe_ok),
+        )
         == []
     )
 
@@ -161,7 +168,7 @@ def test_math_only_run_never_imports_reasoning_gym(tmp_path):
             """
             import sys
             from playground.tiny_ppo_cpu import TinyPPOCPUConfig
-            from reasonrl.loop.scoring import build_scorer, routing_problems
+            from reasonrl.rewards.routing import build_scorer, routing_problems
             from reasonrl.dataplane.completion import Completion
 
 
