@@ -4,10 +4,10 @@
 :class:`~reasonrl.loop.generation.Generator` (engines, tokenizer, template, scorer, reward model), a
 :class:`~reasonrl.loop.rollout.RolloutCollector` (the step's rollout and its metrics), :class:`StepForwards`
 (reference / critic / policy forwards into the step's ``Experience``) and the weight syncer. One step, one ``with
-self.phase(...)`` block per phase::
+self.timed(...)`` block per part (timed, shown in the progress bar)::
 
-    prompts  --> rollout (RolloutCollector.collect: generate on all vLLM engines, final reward = rule/user reward +
-                 learned reward model, dynamic sampling refills, ReMax greedy baseline)
+    prompts  --> rollout (RolloutCollector.collect: generate on all vLLM engines, final reward = scored + environment
+                 + learned reward model (rewards.shaping.final_reward), dynamic sampling refills, ReMax greedy baseline)
              --> reference log-probs | critic values | policy log-probs   (concurrently; chunk by chunk,
                  started while the engines generate under split placement: reasonrl.loop.forward_stream)
              --> advantages (reasonrl.loop.learning_signal; warns when there is no signal)
@@ -149,7 +149,8 @@ class PPOTrainer:
         self.streams_forwards = cfg.stream_rollout and self.ahead is None and not cfg.colocate_all
         self.probe: ProbeInput | None = None  # the weight sync's end-to-end probe (sync_for_generation)
         self._weight_syncer: WeightSyncer | AdapterSyncer | None = None
-        # colocate_all: what is resident on the shared devices (a no-op machine under split placement)
+        # colocate_all: what is resident on the shared devices (a no-op machine under split placement); the device
+        # phases, not the timed parts of the step (``timed``)
         groups = {"policy": roles.policy, "critic": roles.critic, "ref": roles.ref, "reward_model": roles.reward_model}
         self.phases = PhaseMachine(
             roles.engines,
@@ -160,9 +161,10 @@ class PPOTrainer:
 
     # ================================================================== the loop
     @contextlib.contextmanager
-    def phase(self, name: str, times: dict[str, float] | None = None) -> Iterator[None]:
-        """One phase of the loop: the progress bar shows ``name``; with ``times``, its wall seconds are stored
-        there as ``time/<name>`` when the block ends (also when it ends by an exception)."""
+    def timed(self, name: str, times: dict[str, float] | None = None) -> Iterator[None]:
+        """One timed part of the loop: the progress bar shows ``name``; with ``times``, its wall seconds are stored
+        there as ``time/<name>`` when the block ends (also when it ends by an exception). (What is resident on the
+        devices is :attr:`phases`, the device-phase machine, a different thing.)"""
         self.tracker.set_phase(name)
         start = time.perf_counter()
         try:
@@ -173,17 +175,17 @@ class PPOTrainer:
 
     async def fit(self) -> dict[str, float]:
         cfg = self.cfg
-        with self.phase("sync"):
+        with self.timed("sync"):
             await self.sync_for_generation()  # engines start from the policy's (possibly resumed) weights
         if cfg.eval_before_training and self.global_step == 0 and self.eval_sets:
-            with self.phase("eval"):
+            with self.timed("eval"):
                 self.tracker.log_metrics(0, await self.evaluate())
         last: dict[str, float] = {}
         saved_at = evaluated_at = None
         while self.global_step < self.total_steps and not self.stop_requested():
             sampler_state = self.sampler_resume_state()
             times: dict[str, float] = {}
-            with self.phase("step", times):  # generate -> forward -> update -> sync [-> eval]
+            with self.timed("step", times):  # generate -> forward -> update -> sync [-> eval]
                 try:
                     metrics = await self.train_step()
                 except StepAbandoned as where:
@@ -201,7 +203,7 @@ class PPOTrainer:
                 self.global_step += 1
                 final = self.global_step == self.total_steps
                 if self.eval_sets and (final or (cfg.eval_interval and self.global_step % cfg.eval_interval == 0)):
-                    with self.phase("eval", metrics):
+                    with self.timed("eval", metrics):
                         metrics |= await self.evaluate()
                     evaluated_at = self.global_step
             metrics |= times  # time/step
@@ -217,7 +219,7 @@ class PPOTrainer:
         if self.stop_requested():
             await self.stop_now()
         if self.global_step > 0 and self.global_step != evaluated_at and self.eval_sets:
-            with self.phase("eval"):
+            with self.timed("eval"):
                 self.tracker.log_metrics(self.global_step, await self.evaluate())
         if (
             self.global_step > 0
@@ -232,7 +234,7 @@ class PPOTrainer:
         """One step (None: the data is used up): rollout, forwards, advantages, updates, weight sync."""
         chunks = self.forwards.chunks(streamed=self.streams_forwards)
         try:
-            with self.phase("generate"):  # the rollout times its own parts (time/generate, time/reward, ...)
+            with self.timed("generate"):  # the rollout times its own parts (time/generate, time/reward, ...)
                 got = await self.next_rollout(on_kept=chunks.add if self.streams_forwards else None)
             generated_at = time.perf_counter()
             if got is None:
@@ -247,18 +249,18 @@ class PPOTrainer:
                 )
                 return m
             await self.phases.enter(Phase.TRAINING)
-            with self.phase("forward", m):
+            with self.timed("forward", m):
                 exp = await self.forwards.experience(batch.completions, chunks)
         finally:
             await chunks.close()
         m |= chunks.metrics(generated_at)
         m["policy/old_logprobs_reused"] = float(self.cfg.reuses_current_logprobs)
         self.check_stop("the forward passes")  # past here the step changes state (controllers, weights): finish it
-        with self.phase("advantages", m):
+        with self.timed("advantages", m):
             m |= self.compute_advantages(exp, batch)
-        with self.phase("update", m):
+        with self.timed("update", m):
             m |= await self.updates.run(exp, self.global_step, kl_coef=self.kl_ctl.value)
-        with self.phase("sync", m):
+        with self.timed("sync", m):
             m |= await self.sync_for_generation()
         self.dump_generations(batch, step=self.global_step + 1)
         return m
@@ -445,7 +447,7 @@ class PPOTrainer:
     async def checkpoint(self) -> None:
         """Save a checkpoint of this step and log ``time/checkpoint`` (its own metrics row)."""
         times: dict[str, float] = {}
-        with self.phase("checkpoint", times):
+        with self.timed("checkpoint", times):
             await self.save_checkpoint()
         self.tracker.log_metrics(self.global_step, times)
 
