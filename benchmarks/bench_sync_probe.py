@@ -42,8 +42,9 @@ def main() -> None:
     import torch
     from transformers import AutoTokenizer
 
+    from reasonrl.algos.loss_settings import PolicyLossConfig
     from reasonrl.dataplane.experience import Experience
-    from reasonrl.distributed.ppo_workers import PolicyLossConfig, PolicyWorker, WorkerConfig
+    from reasonrl.distributed.ppo_workers import PolicyWorker, WorkerConfig
     from reasonrl.distributed.ray_cluster import init_ray
     from reasonrl.distributed.sync_checks import WeightSyncError
     from reasonrl.distributed.vllm_engine import create_vllm_engines

@@ -26,8 +26,9 @@ def main() -> None:
     args = parser.parse_args()
     from bench_grpo_step import SPEC
 
+    from reasonrl.algos.loss_settings import PolicyLossConfig
     from reasonrl.dataplane.experience import Experience
-    from reasonrl.distributed.ppo_workers import PolicyLossConfig, PolicyWorker, WorkerConfig
+    from reasonrl.distributed.ppo_workers import PolicyWorker, WorkerConfig
     from reasonrl.distributed.workers import free_port
     from reasonrl.models import pad_batch
     from reasonrl.models.tiny import tiny_model_path

@@ -211,17 +211,11 @@ def run_checks(on_gpu: bool, lr: float = 1e-5, seed: int = 0) -> list[CheckResul
     import ray
     import torch
 
+    from reasonrl.algos.loss_settings import PolicyLossConfig, ValueLossConfig
     from reasonrl.dataplane.experience import Experience
     from reasonrl.distributed.phases import SLEEP_LEVEL, Phase, PhaseMachine
     from reasonrl.distributed.platform import DEVICE_ENV_VAR
-    from reasonrl.distributed.ppo_workers import (
-        CriticWorker,
-        PolicyLossConfig,
-        PolicyWorker,
-        ReferenceWorker,
-        ValueLossConfig,
-        WorkerConfig,
-    )
+    from reasonrl.distributed.ppo_workers import CriticWorker, PolicyWorker, ReferenceWorker, WorkerConfig
     from reasonrl.distributed.sync_checks import DifferentialProbe, WeightSyncError
     from reasonrl.distributed.vllm_engine import SamplingConfig, create_vllm_engines
     from reasonrl.distributed.weight_sync import WeightSyncer, resolve_transport, resolve_verify_source

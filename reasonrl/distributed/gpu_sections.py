@@ -141,8 +141,8 @@ def _update(policy, engine, prompts: list[list[int]], seed: int) -> None:
     import ray
     import torch
 
+    from reasonrl.algos.loss_settings import PolicyLossConfig
     from reasonrl.dataplane.experience import Experience
-    from reasonrl.distributed.ppo_workers import PolicyLossConfig
     from reasonrl.distributed.vllm_engine import SamplingConfig
     from reasonrl.models import pad_batch
 
@@ -337,10 +337,10 @@ def _tp2_ipc(run: _Run) -> str:
     import ray
 
     from reasonrl.distributed.placement import build_placement
-    from reasonrl.planning.placement_layout import RoleResources, VLLMResources
     from reasonrl.distributed.ppo_workers import PolicyWorker
     from reasonrl.distributed.vllm_engine import create_vllm_engines
     from reasonrl.distributed.worker_group import WorkerGroup
+    from reasonrl.planning.placement_layout import RoleResources, VLLMResources
 
     probe, prompts = _probe_and_prompts(run.seed)
     plan = build_placement(

@@ -22,9 +22,10 @@ from peft import PeftModel
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from reasonrl.algos.loss_settings import PolicyLossConfig
 from reasonrl.dataplane.experience import Experience
 from reasonrl.distributed.adapter_sync import AdapterSyncer
-from reasonrl.distributed.ppo_workers import PolicyLossConfig, PolicyWorker, WorkerConfig
+from reasonrl.distributed.ppo_workers import PolicyWorker, WorkerConfig
 from reasonrl.distributed.vllm_engine import SamplingConfig, create_vllm_engines
 from reasonrl.distributed.weight_sync import WeightSyncer
 from reasonrl.distributed.worker_group import WorkerGroup

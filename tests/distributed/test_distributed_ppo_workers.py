@@ -27,14 +27,13 @@ from safetensors.torch import load_file
 from sync_faults import check_sync_faults, drop_layer_on_apply
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
+from reasonrl.algos.loss_settings import PolicyLossConfig, ValueLossConfig
 from reasonrl.dataplane.experience import Experience, flatten_padded
 from reasonrl.distributed.ppo_workers import (
     CriticWorker,
-    PolicyLossConfig,
     PolicyWorker,
     ReferenceWorker,
     RewardModelWorker,
-    ValueLossConfig,
     WorkerConfig,
 )
 from reasonrl.distributed.vllm_engine import SamplingConfig

@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from reasonrl.distributed.ppo_workers import PolicyLossConfig, _rollout_correction
+from reasonrl.algos.loss_settings import PolicyLossConfig
+from reasonrl.distributed.ppo_workers import _rollout_correction
 
 OLD = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -0.7, 0.0]])  # trainer log-probs [batch, T]; row 1 has 2 tokens
 ROLLOUT = torch.tensor([[-1.5, -1.0, -0.5], [-0.3, -0.2, 0.0]])  # engine log-probs of the same tokens

@@ -114,8 +114,9 @@ def test_bf16_sync_check_on_the_real_stack(bf16_engine, tiny_model_dir):
     import torch
     from sync_faults import check_sync_faults
 
+    from reasonrl.algos.loss_settings import PolicyLossConfig
     from reasonrl.dataplane.experience import Experience
-    from reasonrl.distributed.ppo_workers import PolicyLossConfig, PolicyWorker, WorkerConfig
+    from reasonrl.distributed.ppo_workers import PolicyWorker, WorkerConfig
     from reasonrl.distributed.weight_sync import WeightSyncer
     from reasonrl.distributed.worker_group import WorkerGroup
     from reasonrl.models import pad_batch
