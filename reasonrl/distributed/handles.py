@@ -177,9 +177,18 @@ class EngineHandle:
 
     Pausing mid-generation (the fully asynchronous loop, next): a sync then interrupts the engines instead of
     waiting for their rollouts to end, loads the new weights and lets the same requests continue, each later token
-    tagged with the new version. The engine adapter runs vLLM's synchronous ``LLM`` today, which has no pause;
-    vLLM 0.32's ``AsyncLLM`` has ``pause_generation(mode="keep")`` / ``resume_generation()`` / ``is_paused()``.
-    The handle will need, once ``VLLMEngine`` runs on ``AsyncLLM`` (none of them exists yet)::
+    tagged with the new version. None of this works today, so none of it is a method yet:
+
+    * the actor runs one call at a time, and ``generate`` / ``generate_stream`` hold it until their last request
+      ends, so no pause can reach it mid-generation. ``pump`` already steps the engine in slices (``max_wait_s``):
+      between two pumps no engine step runs and the requests stay scheduled with their KV cache, which is what
+      ``pause_generation(mode="keep")`` gives on vLLM 0.32's ``AsyncLLM`` (``EngineCore.pause_scheduler("keep")``
+      underneath; the synchronous ``LLM`` front end has no pause of its own);
+    * a sync resets the prefix cache after loading (``VLLMEngine.reset_prefix_cache``), which vLLM refuses while
+      requests are in flight; kept requests need that reset skipped or deferred (their KV cache was computed by
+      the old weights: recompute it, or accept it as the off-policy part the rollout correction measures).
+
+    The handle will need (on a single-turn engine that generates by pumping, or on ``AsyncLLM``)::
 
         async def pause(self, mode: Literal["keep", "abort", "wait"] = "keep") -> None
             # "keep": running requests stay scheduled with their KV cache, no new engine step starts
