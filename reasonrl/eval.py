@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import reasonrl.sft.warm_start  # noqa: F401  fills the offline-model registry (tiny, tiny-demo, smollm2, arith-sft)
 from reasonrl.config import BasePPOExpConfig, ConfigError
 from reasonrl.config.fields import _evl
 from reasonrl.loop.evaluation import EvalSet, EvalSettings, eval_set
@@ -292,8 +291,10 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
     from reasonrl.exp import BasePPOExp
     from reasonrl.rewards.routing import routing_problems
     from reasonrl.run.launch import logged, ray_cluster_checked, start_vllm_engines
+    from reasonrl.sft.warm_start import register_offline_models
     from reasonrl.utils.reaper import start_reaper
 
+    register_offline_models()  # pretrain= an offline model: its builder, before the model is resolved
     cfg.validate()
     with ray_cluster_checked():
         check_ray_address(cfg.ray_address)

@@ -19,6 +19,7 @@ import pytest
 from fixtures.own_processes import shm_entries, tag_this_session, wait_for_own_new_shm
 
 from reasonrl.distributed.platform import apply_runtime_env
+from reasonrl.sft.warm_start import register_offline_models
 
 # Two workers share 2 cores: one torch/OpenMP thread per process, and threads that sleep instead of spinning at a
 # barrier (measured: two tools demos side by side took 240 s each with the defaults, 136 s with these; alone, 76 s).
@@ -31,6 +32,7 @@ def pytest_configure(config):
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         return
     apply_runtime_env()  # the same environment users get: CPU KV cache size, in-process vLLM on CPU, ...
+    register_offline_models()  # pretrain=tiny & co. resolve in tests as in a run (the runners register them too)
     tag_this_session()  # what this process starts carries its tag (the leak checks tell it from another worker's)
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         for key, value in XDIST_WORKER_ENV.items():

@@ -1,15 +1,16 @@
 """The registry of offline models: ``pretrain=<name>`` for models built, converted or trained on this machine.
 
 The config layer knows each name and its context length (validation needs both, and must stay light); the code that
-builds a model lives above it and registers a builder here when it is imported (dependencies point down)::
+builds a model lives above it and registers its builders here when asked to, never on import (dependencies point
+down; registries are filled explicitly)::
 
-    reasonrl.models.named     registers tiny, tiny-demo, tiny-code, smollm2, tiny-vlm
-    reasonrl.sft.warm_start   registers arith-sft, code-sft, tools-sft, tools-sft-notool, vision-sft (and imports
-                              reasonrl.models.named: tiny-demo is its base)
+    reasonrl.models.named.register_offline_models()     tiny, tiny-demo, tiny-code, smollm2, tiny-vlm
+    reasonrl.sft.warm_start.register_offline_models()   those, and arith-sft, code-sft, tools-sft, tools-sft-notool,
+                                                        vision-sft (trained from them)
 
-Every runner imports them before it resolves a model: ``reasonrl.exp``, ``reasonrl.eval`` and any ``reasonrl.sft``
-import (its ``__init__`` imports ``warm_start``). Code that only builds a config and calls
-:func:`offline_model_path` itself imports ``reasonrl.sft`` (or ``reasonrl.models.named``) first.
+Every runner calls one before it resolves a model: the RL run (``reasonrl.run.lifecycle``, before the tokenizer
+loads), ``reasonrl.eval``, ``python -m reasonrl.sft`` (all of them) and ``train_sft`` (``reasonrl.models.named``'s).
+Code that only builds a config and calls :func:`offline_model_path` itself calls one first.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ OFFLINE_MODELS = {
     "vision-sft": 256,
 }
 
-# name -> the module that registers its builder (for the message when it was not imported).
+# name -> the module whose register_offline_models() registers its builder (named in the message when none did).
 _REGISTERED_BY = {
     "tiny": "reasonrl.models.named",
     "tiny-demo": "reasonrl.models.named",
@@ -63,7 +64,7 @@ def register_offline_model(name: str, builder: Callable[[], Path]) -> None:
 
 
 def registered_offline_models() -> tuple[str, ...]:
-    """Names whose builder is registered in this process (the declared ones whose module was imported)."""
+    """Names whose builder is registered in this process (the declared ones whose registration call ran)."""
     return tuple(name for name in OFFLINE_MODELS if name in _BUILDERS)
 
 
@@ -76,8 +77,8 @@ def offline_model_path(name: str) -> Path:
         module = _REGISTERED_BY[name]
         raise ConfigError(
             [
-                f"offline model {name!r} has no builder in this process: `import {module}` first (reasonrl.exp, "
-                "reasonrl.eval and reasonrl.sft import it for you)"
+                f"offline model {name!r} has no builder in this process: call {module}.register_offline_models() "
+                "first (the RL run, reasonrl.eval and python -m reasonrl.sft call it for you)"
             ],
             title="offline model not registered",
         )

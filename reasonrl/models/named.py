@@ -1,6 +1,7 @@
-"""Builders of the offline models of ``reasonrl.models``, registered on import in the config layer's registry
-(:mod:`reasonrl.config.offline_models`, which declares every name and its context length): ``pretrain=<name>`` (RL
-and SFT configs) builds or converts the model on first use and caches it under ``<cache>/models/``.
+"""Builders of the offline models of ``reasonrl.models``, registered by :func:`register_offline_models` in the config
+layer's registry (:mod:`reasonrl.config.offline_models`, which declares every name and its context length):
+``pretrain=<name>`` (RL and SFT configs) builds or converts the model on first use and caches it under
+``<cache>/models/``.
 
 | name        | what                                                                                     | context |
 |-------------|------------------------------------------------------------------------------------------|---------|
@@ -11,8 +12,9 @@ and SFT configs) builds or converts the model on first use and caches it under `
 | `tiny-vlm`  | 4.4M-parameter random-init Idefics3 (SmolVLM's architecture), 56-pixel images      | 256     |
 
 ``arith-sft`` (``tiny-demo`` after SFT on 2-digit addition) and ``code-sft`` (``tiny-code`` after SFT on the
-programming tasks) need ``reasonrl.sft``, so their builders are registered by ``reasonrl.sft.warm_start``, one layer
-up.
+programming tasks) need ``reasonrl.sft``, so their builders are registered by
+``reasonrl.sft.warm_start.register_offline_models``, one layer up (it calls this module's too). Importing either module
+registers nothing: the runners call them (registries are filled explicitly, never as an import side effect).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from reasonrl.config.offline_models import offline_model_path, register_offline_
 
 OFFLINE_MODEL_NAMES = ("tiny", "tiny-demo", "tiny-code", "smollm2", "tiny-vlm")  # the ones built here
 
-__all__ = ["OFFLINE_MODEL_NAMES", "offline_model_path"]
+__all__ = ["OFFLINE_MODEL_NAMES", "offline_model_path", "register_offline_models"]
 
 
 def _tiny() -> Path:
@@ -50,16 +52,16 @@ def _smollm2() -> Path:
     return smollm2_path()
 
 
-register_offline_model("tiny", _tiny)
-register_offline_model("tiny-demo", _tiny_demo)
-register_offline_model("tiny-code", _tiny_code)
-
-
 def _tiny_vlm() -> Path:
     from reasonrl.models.tiny_vlm import tiny_vlm_path
 
     return tiny_vlm_path()
 
 
-register_offline_model("smollm2", _smollm2)
-register_offline_model("tiny-vlm", _tiny_vlm)
+def register_offline_models() -> None:
+    """Register the builders of :data:`OFFLINE_MODEL_NAMES` (again: a no-op)."""
+    register_offline_model("tiny", _tiny)
+    register_offline_model("tiny-demo", _tiny_demo)
+    register_offline_model("tiny-code", _tiny_code)
+    register_offline_model("smollm2", _smollm2)
+    register_offline_model("tiny-vlm", _tiny_vlm)

@@ -156,8 +156,9 @@ class ExperimentRunner:
         is reported before torch is imported. Pins Hub models to their commits first."""
         from transformers import AutoTokenizer
 
-        import reasonrl.sft.warm_start  # noqa: F401  fills the offline-model registry before a model is resolved
+        from reasonrl.sft.warm_start import register_offline_models
 
+        register_offline_models()  # the offline models' builders, before a model is resolved
         cfg = self.cfg
         pinned = cfg.pin_models()  # Hub ids -> owner/name@<commit>: what the actors, logs and checkpoints get
         if pinned:

@@ -7,8 +7,8 @@
 
 Modules: ``config`` (SFTConfig, validation; light imports), ``data`` (rows -> token pairs, batch order),
 ``worker`` (SFTWorker, the DeepSpeed rank), ``trainer`` (train_sft, run_sft_recipe), ``warm_start`` (the cached
-``arith-sft`` warm start; importing this package registers it, and the offline models of ``reasonrl.models.named``,
-in ``reasonrl.config.offline_models``).
+``arith-sft`` warm start and the others; ``warm_start.register_offline_models`` registers them, and the offline
+models of ``reasonrl.models.named``, in ``reasonrl.config.offline_models``).
 Command line: ``python -m reasonrl.sft field=value ...``; recipe: ``python -m playground.sft_arith``.
 """
 

@@ -249,7 +249,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     from reasonrl.distributed.ppo_workers import WorkerConfig
     from reasonrl.distributed.ray_cluster import RayClusterError, init_ray
     from reasonrl.distributed.worker_group import WorkerGroup
-    from reasonrl.models import attention_summary
+    from reasonrl.models import attention_summary, named
     from reasonrl.models.vision import is_vision_model, load_processor
     from reasonrl.sft.worker import SFTWorker
     from reasonrl.utils.checkpoint import CheckpointManager
@@ -261,6 +261,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     out_dir = Path(cfg.output_dir).expanduser()
     checkpoints = CheckpointManager.for_run(cfg)
     resume_from = checkpoints.resolve_resume(cfg.resume)  # a bad resume path fails here, before Ray
+    named.register_offline_models()  # pretrain=tiny-demo & co. (a warm start's builder: its runner registered it)
     pin_pretrain(cfg, resume_from)  # a Hub id -> owner/name@<commit> (a resume: the checkpoint's commit)
     model_path = BasePPOExpConfig.resolve_model_path(cfg.pretrain)
     if cfg.lora_rank:  # the targets exist in the model: before Ray, on a meta-device model

@@ -1,6 +1,7 @@
-"""``pretrain=arith-sft``: the SFT warm start of the CPU learning demo, trained on first use and cached. Importing
-this module registers the ``arith-sft`` builder in :mod:`reasonrl.config.offline_models` (and, through
-``reasonrl.models.named``, ``tiny-demo``, its base); ``reasonrl.sft`` imports it.
+"""``pretrain=arith-sft``: the SFT warm start of the CPU learning demo, trained on first use and cached.
+:func:`register_offline_models` registers its builder (and those of the other warm starts and of
+``reasonrl.models.named``, their bases) in :mod:`reasonrl.config.offline_models`; every runner calls it before it
+resolves a model (importing this module registers nothing).
 
 A small random Qwen2 (``tiny-demo``, ~5M parameters) is fine-tuned by :func:`reasonrl.sft.train_sft` on 2-digit
 addition (``arith_add2_train``: ``"47+85="`` -> ``"132"``) for a deliberately SHORT schedule, so that it stops at
@@ -29,7 +30,7 @@ from filelock import FileLock
 from loguru import logger
 
 from reasonrl.config.offline_models import register_offline_model
-from reasonrl.models import named as _named  # noqa: F401  (registers tiny-demo, the base model of arith-sft)
+from reasonrl.models import named
 from reasonrl.sft.config import SFTConfig
 from reasonrl.utils.cpus import usable_cores
 from reasonrl.utils.paths import cache_root
@@ -225,8 +226,13 @@ def vision_warm_start_path(cache_dir: Path | None = None, log_dir: str | None = 
     return warm_start_path(VisionWarmStartConfig(), cache_dir=cache_dir, log_dir=log_dir)
 
 
-register_offline_model("arith-sft", warm_start_path)
-register_offline_model("vision-sft", vision_warm_start_path)
-register_offline_model("code-sft", code_warm_start_path)
-register_offline_model("tools-sft", tools_warm_start_path)
-register_offline_model("tools-sft-notool", tools_notool_warm_start_path)
+def register_offline_models() -> None:
+    """Register every offline model's builder: ``reasonrl.models.named``'s (the warm starts' bases) and the warm
+    starts' (``arith-sft``, ``vision-sft``, ``code-sft``, ``tools-sft``, ``tools-sft-notool``). Called by the runners
+    (the RL run's tokenizer loader, ``reasonrl.eval``, ``python -m reasonrl.sft``) before they resolve a model."""
+    named.register_offline_models()
+    register_offline_model("arith-sft", warm_start_path)
+    register_offline_model("vision-sft", vision_warm_start_path)
+    register_offline_model("code-sft", code_warm_start_path)
+    register_offline_model("tools-sft", tools_warm_start_path)
+    register_offline_model("tools-sft-notool", tools_notool_warm_start_path)

@@ -27,19 +27,37 @@ def test_config_alone_knows_the_names_but_not_the_builders():
         "BasePPOExpConfig.resolve_model_path('arith-sft')\n"
     )
     assert proc.stdout.splitlines()[0] == "() False False"  # validation needed neither models/ nor sft/
-    assert "offline model 'arith-sft' has no builder in this process: `import reasonrl.sft.warm_start` first" in (
-        proc.stderr
-    )
+    assert (
+        "offline model 'arith-sft' has no builder in this process: call "
+        "reasonrl.sft.warm_start.register_offline_models() first"
+    ) in proc.stderr
 
 
-@pytest.mark.parametrize("entry_point", ["reasonrl.sft", "reasonrl.eval"])
-def test_every_runner_registers_every_offline_model(entry_point):
+@pytest.mark.parametrize("entry_point", ["reasonrl.sft", "reasonrl.eval", "reasonrl.exp"])
+def test_importing_a_runner_registers_nothing_its_call_registers_every_offline_model(entry_point):
+    """Registries are filled explicitly: an import fills none; ``warm_start.register_offline_models()`` (what the
+    runners call before they resolve a model) fills it with every declared model, ``models.named``'s first."""
     proc = run_python(
         f"import {entry_point}\nfrom reasonrl.config import registered_offline_models\n"
+        "print(','.join(registered_offline_models()))\n"
+        "from reasonrl.sft.warm_start import register_offline_models\n"
+        "register_offline_models(); register_offline_models()\n"  # twice: a no-op
         "print(','.join(registered_offline_models()))"
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == ",".join(OFFLINE_MODELS)
+    assert proc.stdout.splitlines() == ["", ",".join(OFFLINE_MODELS)]
+
+
+@pytest.mark.parametrize(
+    "runner", ["reasonrl/run/lifecycle.py", "reasonrl/eval.py", "reasonrl/sft/__main__.py", "reasonrl/sft/trainer.py"]
+)
+def test_every_runner_registers_before_it_resolves_a_model(runner):
+    from pathlib import Path
+
+    import reasonrl
+
+    source = (Path(reasonrl.__file__).parents[1] / runner).read_text()
+    assert "register_offline_models()" in source, f"{runner} resolves models: it registers their builders first"
 
 
 def test_only_declared_names_can_be_registered():

@@ -20,7 +20,6 @@ import pytest
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 from reasonrl.exp import BasePPOExp
 from reasonrl.loop.trainer import PPOTrainer, Roles
-from reasonrl.models import named as _named  # noqa: F401  registers pretrain=tiny (resolved below, outside run())
 from reasonrl.rewards.scorers import UserFnScorer
 from reasonrl.run.exp_hooks import build_inputs
 from reasonrl.run.lifecycle import ExperimentRunner

@@ -14,7 +14,6 @@ import contextlib
 import pytest
 import ray
 
-import reasonrl.models.named  # noqa: F401 - registers the offline models the config names
 from playground.tiny_grpo_cpu import TinyGRPOCPUConfig
 
 

@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-import reasonrl.models.named  # noqa: F401  (registers tiny-vlm: the runners import it themselves)
 from playground.vision_grpo_cpu import VisionGRPOCPUConfig
 from reasonrl.config import ConfigError
 from reasonrl.exp import BasePPOExp

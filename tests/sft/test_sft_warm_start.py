@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from reasonrl.config import OFFLINE_MODELS, offline_model_path, registered_offline_models
-from reasonrl.sft.warm_start import ArithWarmStartConfig, warm_start_key, warm_start_path
+from reasonrl.sft.warm_start import ArithWarmStartConfig, register_offline_models, warm_start_key, warm_start_path
 
 
 def test_key_depends_on_what_changes_the_weights_only():
@@ -93,8 +93,9 @@ def test_the_warm_start_recipe_is_a_valid_sft_config(tmp_path):
 
 
 def test_offline_names_resolve_and_unknown_names_are_refused(tiny_model_dir):
-    assert offline_model_path("tiny") == tiny_model_dir  # registered by reasonrl.models.named (via warm_start)
-    assert set(registered_offline_models()) == set(OFFLINE_MODELS)  # arith-sft: registered by this module
+    register_offline_models()  # what the runners call (tests/conftest.py did already: a no-op)
+    assert offline_model_path("tiny") == tiny_model_dir  # reasonrl.models.named's builder
+    assert set(registered_offline_models()) == set(OFFLINE_MODELS)  # arith-sft & co.: the warm starts'
     with pytest.raises(KeyError, match="unknown offline model 'tiny2'; available: tiny, tiny-demo"):
         offline_model_path("tiny2")
 
