@@ -92,12 +92,6 @@ REWARDS_BUILD_ON = {
     "reasonrl.sandbox",  # code verdicts: programs run in the sandbox
     "reasonrl.utils",  # resolve_callable: file.py:fn / pkg.mod:fn of reward functions
 }
-# The only reasonrl packages rewards/ builds on (ARCHITECTURE.md: "sandbox, stdlib"): never data/, the loop or the run
-# layer; what reward routing needs from them arrives as a value (the config's gym: sources: rewards.routing.GymSources).
-REWARDS_BUILD_ON = {
-    "reasonrl.sandbox",  # code verdicts: programs run in the sandbox
-    "reasonrl.utils",  # resolve_callable: file.py:fn / pkg.mod:fn of reward functions
-}
 
 
 @dataclass
@@ -316,16 +310,6 @@ def test_rewards_import_no_ray_deepspeed_or_vllm():
     bad |= {name: files for name, files in outside.items() if name.startswith("reasonrl.distributed")}
     assert not bad, f"rewards/ must stay free of Ray, DeepSpeed and vLLM: {bad}"
 
-
-def test_rewards_build_on_the_sandbox_and_utils_only():
-    outside = _outside(load_modules(), "rewards")
-    bad = {
-        name: files
-        for name, files in outside.items()
-        if name.startswith("reasonrl.") and not any(_in(name, package) for package in REWARDS_BUILD_ON)
-    }
-    assert not bad, f"rewards/ (reward routing included) imports no other reasonrl package: {bad}"
-    assert "reasonrl.rewards.routing" in load_modules()  # the routing of rewards per data_source lives in rewards/
 
 def test_rewards_build_on_the_sandbox_and_utils_only():
     outside = _outside(load_modules(), "rewards")
