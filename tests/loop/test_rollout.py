@@ -103,13 +103,19 @@ def fake_generator(engines: list[FakeEngine], scorer: RecordingScorer, stream: b
 
 
 async def generate_then_score(generator: Generator, rows, *, n: int, temperature: float, seed: int):
-    """Every engine's completions first (prompt-major), then one scorer call on all of them."""
+    """Every engine's completions first (prompt-major), then one scorer call on all of them, each result's final
+    reward assembled as the generator assembles it (``rewards.shaping.final_reward``)."""
+    from reasonrl.rewards.shaping import final_reward
+
     completions = []
     for engine_parts in generator.start_generation(rows, n=n, temperature=temperature, seed=seed):
         async for part in engine_parts:
             completions += part
     completions.sort(key=lambda c: (c.prompt_index, c.sample_index))
-    return completions, generator.scorer(completions, [rows[c.prompt_index] for c in completions])
+    results = generator.scorer(completions, [rows[c.prompt_index] for c in completions])
+    for c, r in zip(completions, results, strict=True):
+        final_reward(r, env_reward=c.env_reward)
+    return completions, results
 
 
 def _slow_first_engines() -> tuple[list[FakeEngine], RecordingScorer]:
