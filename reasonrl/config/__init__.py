@@ -32,8 +32,8 @@ Rules this module keeps (see docs/config.md):
 Layout (one job per module; everything public is re-exported here, so ``from reasonrl.config import X`` works):
 
 * ``names``: the mirrored registry names and field groups; ``errors``: :class:`ConfigError`;
-* ``offline_models``: the registry of offline models (names and context lengths here, builders registered from
-  ``reasonrl.models.named`` and ``reasonrl.sft.warm_start``);
+* ``offline_models``: the registry of offline models (names and context lengths here; the builders of
+  ``reasonrl.models.named`` and ``reasonrl.sft.warm_start`` are registered by the runners);
 * ``model_paths``: model fields as local folders (offline names, local paths, Hub ids via ``huggingface_hub``);
 * ``fields``: field declaration and metadata; ``base``: the :class:`BasePPOExpConfig` dataclass; ``derived``: its
   derived values;
@@ -71,6 +71,7 @@ from reasonrl.config.names import (
 from reasonrl.config.offline_models import (
     OFFLINE_MODELS,
     offline_model_path,
+    register_offline_builders,
     register_offline_model,
     registered_offline_models,
 )
@@ -110,6 +111,7 @@ __all__ = [
     "main",
     "offline_model_path",
     "parse_overrides",
+    "register_offline_builders",
     "register_offline_model",
     "registered_offline_models",
     "write_docs",

@@ -1,21 +1,23 @@
 """The registry of offline models: ``pretrain=<name>`` for models built, converted or trained on this machine.
 
 The config layer knows each name and its context length (validation needs both, and must stay light); the code that
-builds a model lives above it and registers its builders here when asked to, never on import (dependencies point
-down; registries are filled explicitly)::
+builds a model lives above it and never imports this module for it: its builders are plain tables, registered here
+by the runners with :func:`register_offline_builders`, never on import (dependencies point down; registries are
+filled explicitly)::
 
-    reasonrl.models.named.register_offline_models()     tiny, tiny-demo, tiny-code, smollm2, tiny-vlm
-    reasonrl.sft.warm_start.register_offline_models()   those, and arith-sft, code-sft, tools-sft, tools-sft-notool,
-                                                        vision-sft (trained from them)
+    reasonrl.models.named.BUILDERS                      tiny, tiny-demo, tiny-code, smollm2, tiny-vlm
+    reasonrl.sft.warm_start.WARM_START_BUILDERS         arith-sft, code-sft, tools-sft, tools-sft-notool, vision-sft
+                                                        (trained from the ones above)
+    reasonrl.sft.warm_start.register_offline_models()   registers both tables
 
-Every runner calls one before it resolves a model: the RL run (``reasonrl.run.lifecycle``, before the tokenizer
+Every runner registers them before it resolves a model: the RL run (``reasonrl.run.lifecycle``, before the tokenizer
 loads), ``reasonrl.eval``, ``python -m reasonrl.sft`` (all of them) and ``train_sft`` (``reasonrl.models.named``'s).
-Code that only builds a config and calls :func:`offline_model_path` itself calls one first.
+Code that only builds a config and calls :func:`offline_model_path` itself registers them first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from reasonrl.config.errors import ConfigError
@@ -35,20 +37,6 @@ OFFLINE_MODELS = {
     "vision-sft": 256,
 }
 
-# name -> the module whose register_offline_models() registers its builder (named in the message when none did).
-_REGISTERED_BY = {
-    "tiny": "reasonrl.models.named",
-    "tiny-demo": "reasonrl.models.named",
-    "tiny-code": "reasonrl.models.named",
-    "smollm2": "reasonrl.models.named",
-    "tiny-vlm": "reasonrl.models.named",
-    "arith-sft": "reasonrl.sft.warm_start",
-    "code-sft": "reasonrl.sft.warm_start",
-    "tools-sft": "reasonrl.sft.warm_start",
-    "tools-sft-notool": "reasonrl.sft.warm_start",
-    "vision-sft": "reasonrl.sft.warm_start",
-}
-
 _BUILDERS: dict[str, Callable[[], Path]] = {}
 
 
@@ -63,6 +51,12 @@ def register_offline_model(name: str, builder: Callable[[], Path]) -> None:
     _BUILDERS[name] = builder
 
 
+def register_offline_builders(builders: Mapping[str, Callable[[], Path]]) -> None:
+    """:func:`register_offline_model` of each ``name: builder`` (e.g. of ``reasonrl.models.named.BUILDERS``)."""
+    for name, builder in builders.items():
+        register_offline_model(name, builder)
+
+
 def registered_offline_models() -> tuple[str, ...]:
     """Names whose builder is registered in this process (the declared ones whose registration call ran)."""
     return tuple(name for name in OFFLINE_MODELS if name in _BUILDERS)
@@ -74,11 +68,11 @@ def offline_model_path(name: str) -> Path:
         raise KeyError(f"unknown offline model {name!r}; available: {', '.join(OFFLINE_MODELS)}")
     builder = _BUILDERS.get(name)
     if builder is None:
-        module = _REGISTERED_BY[name]
         raise ConfigError(
             [
-                f"offline model {name!r} has no builder in this process: call {module}.register_offline_models() "
-                "first (the RL run, reasonrl.eval and python -m reasonrl.sft call it for you)"
+                f"offline model {name!r} has no builder in this process: call "
+                "reasonrl.sft.warm_start.register_offline_models() first (it registers every offline model; the RL "
+                "run, reasonrl.eval and python -m reasonrl.sft call it for you)"
             ],
             title="offline model not registered",
         )

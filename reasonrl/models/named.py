@@ -1,5 +1,6 @@
-"""Builders of the offline models of ``reasonrl.models``, registered by :func:`register_offline_models` in the config
-layer's registry (:mod:`reasonrl.config.offline_models`, which declares every name and its context length):
+"""Builders of the offline models of ``reasonrl.models``, by name (:data:`BUILDERS`): the config layer's registry
+(:mod:`reasonrl.config.offline_models`, which declares every name and its context length) gets them when a runner
+registers them (``reasonrl.sft.warm_start.register_offline_models()``); this module imports no config.
 ``pretrain=<name>`` (RL and SFT configs) builds or converts the model on first use and caches it under
 ``<cache>/models/``.
 
@@ -12,20 +13,17 @@ layer's registry (:mod:`reasonrl.config.offline_models`, which declares every na
 | `tiny-vlm`  | 4.4M-parameter random-init Idefics3 (SmolVLM's architecture), 56-pixel images      | 256     |
 
 ``arith-sft`` (``tiny-demo`` after SFT on 2-digit addition) and ``code-sft`` (``tiny-code`` after SFT on the
-programming tasks) need ``reasonrl.sft``, so their builders are registered by
-``reasonrl.sft.warm_start.register_offline_models``, one layer up (it calls this module's too). Importing either module
-registers nothing: the runners call them (registries are filled explicitly, never as an import side effect).
+programming tasks) need ``reasonrl.sft``, so their builders are ``reasonrl.sft.warm_start.WARM_START_BUILDERS``, one
+layer up. Importing either module registers nothing (registries are filled explicitly, never as an import side
+effect).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from reasonrl.config.offline_models import offline_model_path, register_offline_model
-
-OFFLINE_MODEL_NAMES = ("tiny", "tiny-demo", "tiny-code", "smollm2", "tiny-vlm")  # the ones built here
-
-__all__ = ["OFFLINE_MODEL_NAMES", "offline_model_path", "register_offline_models"]
+__all__ = ["BUILDERS", "OFFLINE_MODEL_NAMES"]
 
 
 def _tiny() -> Path:
@@ -58,10 +56,13 @@ def _tiny_vlm() -> Path:
     return tiny_vlm_path()
 
 
-def register_offline_models() -> None:
-    """Register the builders of :data:`OFFLINE_MODEL_NAMES` (again: a no-op)."""
-    register_offline_model("tiny", _tiny)
-    register_offline_model("tiny-demo", _tiny_demo)
-    register_offline_model("tiny-code", _tiny_code)
-    register_offline_model("smollm2", _smollm2)
-    register_offline_model("tiny-vlm", _tiny_vlm)
+BUILDERS: Mapping[str, Callable[[], Path]] = {
+    "tiny": _tiny,
+    "tiny-demo": _tiny_demo,
+    "tiny-code": _tiny_code,
+    "smollm2": _smollm2,
+    "tiny-vlm": _tiny_vlm,
+}
+"""name -> builder (no arguments -> the model's local HF folder, built on first call) of the models made here."""
+
+OFFLINE_MODEL_NAMES = tuple(BUILDERS)  # the ones built here

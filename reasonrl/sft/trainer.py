@@ -242,7 +242,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     import ray
     from transformers import AutoTokenizer
 
-    from reasonrl.config import BasePPOExpConfig, ConfigError
+    from reasonrl.config import BasePPOExpConfig, ConfigError, register_offline_builders
     from reasonrl.data import get_template
     from reasonrl.distributed.model_check import ModelsNotOnNodesError, check_models_on_nodes
     from reasonrl.distributed.placement import RoleResources, build_placement
@@ -261,7 +261,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     out_dir = Path(cfg.output_dir).expanduser()
     checkpoints = CheckpointManager.for_run(cfg)
     resume_from = checkpoints.resolve_resume(cfg.resume)  # a bad resume path fails here, before Ray
-    named.register_offline_models()  # pretrain=tiny-demo & co. (a warm start's builder: its runner registered it)
+    register_offline_builders(named.BUILDERS)  # pretrain=tiny-demo & co. (a warm start's: its runner registered it)
     pin_pretrain(cfg, resume_from)  # a Hub id -> owner/name@<commit> (a resume: the checkpoint's commit)
     model_path = BasePPOExpConfig.resolve_model_path(cfg.pretrain)
     if cfg.lora_rank:  # the targets exist in the model: before Ray, on a meta-device model

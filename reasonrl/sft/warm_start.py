@@ -29,7 +29,7 @@ from pathlib import Path
 from filelock import FileLock
 from loguru import logger
 
-from reasonrl.config.offline_models import register_offline_model
+from reasonrl.config.offline_models import register_offline_builders
 from reasonrl.models import named
 from reasonrl.sft.config import SFTConfig
 from reasonrl.utils.cpus import usable_cores
@@ -226,13 +226,18 @@ def vision_warm_start_path(cache_dir: Path | None = None, log_dir: str | None = 
     return warm_start_path(VisionWarmStartConfig(), cache_dir=cache_dir, log_dir=log_dir)
 
 
+WARM_START_BUILDERS = {
+    "arith-sft": warm_start_path,
+    "vision-sft": vision_warm_start_path,
+    "code-sft": code_warm_start_path,
+    "tools-sft": tools_warm_start_path,
+    "tools-sft-notool": tools_notool_warm_start_path,
+}
+"""name -> builder of the warm starts (each trained on first use from a model of ``reasonrl.models.named``)."""
+
+
 def register_offline_models() -> None:
-    """Register every offline model's builder: ``reasonrl.models.named``'s (the warm starts' bases) and the warm
-    starts' (``arith-sft``, ``vision-sft``, ``code-sft``, ``tools-sft``, ``tools-sft-notool``). Called by the runners
-    (the RL run's tokenizer loader, ``reasonrl.eval``, ``python -m reasonrl.sft``) before they resolve a model."""
-    named.register_offline_models()
-    register_offline_model("arith-sft", warm_start_path)
-    register_offline_model("vision-sft", vision_warm_start_path)
-    register_offline_model("code-sft", code_warm_start_path)
-    register_offline_model("tools-sft", tools_warm_start_path)
-    register_offline_model("tools-sft-notool", tools_notool_warm_start_path)
+    """Register every offline model's builder: ``reasonrl.models.named.BUILDERS`` (the warm starts' bases) and
+    :data:`WARM_START_BUILDERS`. Called by the runners (the RL run's tokenizer loader, ``reasonrl.eval``,
+    ``python -m reasonrl.sft``) before they resolve a model; again: a no-op."""
+    register_offline_builders({**named.BUILDERS, **WARM_START_BUILDERS})

@@ -16,7 +16,7 @@ from reasonrl.models.tiny import CODE_SPEC, DEMO_SPEC, TinyModelSpec
 
 @pytest.fixture(scope="module")
 def folders():
-    from reasonrl.models.named import offline_model_path
+    from reasonrl.config import offline_model_path
 
     return offline_model_path("tiny-demo"), offline_model_path("tiny-code")
 
