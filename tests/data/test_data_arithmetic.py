@@ -64,15 +64,16 @@ def test_task_files_are_written_once_and_load_as_builtin_names(tmp_path):
 
 def test_config_accepts_generated_names_and_suggests_close_ones():
     from reasonrl.config import BasePPOExpConfig, ConfigError
+    from reasonrl.run.checks import validate_run  # validate() with the data checks, as a run starts
 
     cfg = BasePPOExpConfig(
         pretrain="tiny", device="cpu", train_data=["arith_add2_train"], eval_data=["arith_add2_heldout"]
     )
     problems = []
     try:
-        cfg.validate()
+        validate_run(cfg)
     except ConfigError as err:
         problems = err.problems
     assert not [p for p in problems if "train_data" in p or "eval_data" in p]
     with pytest.raises(ConfigError, match=r"did you mean 'arith_add2_train'"):
-        BasePPOExpConfig(pretrain="tiny", device="cpu", train_data=["arith_add2_trian"]).validate()
+        validate_run(BasePPOExpConfig(pretrain="tiny", device="cpu", train_data=["arith_add2_trian"]))
