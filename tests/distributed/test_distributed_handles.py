@@ -31,6 +31,7 @@ class FakeGroup:
 
     def call_sharded_async(self, method, shards, *args):
         assert len(shards) == self.world_size
+        shards = [_resolved(shard) for shard in shards]
         self.calls.append((method, list(shards), args))
         return [self._reply(method, rank, shard, *args) for rank, shard in enumerate(shards)]
 
@@ -40,6 +41,16 @@ class FakeGroup:
 
     async def _reply(self, method, rank, payload, *args):
         return self.answer(method, rank, payload, *args)
+
+
+def _resolved(payload):
+    """What a Ray actor receives for an object-store ref passed as an argument: the object. ``put_per_rank`` puts
+    the shards in the object store whenever Ray runs in this process (another test's cluster, same pytest worker)."""
+    if type(payload).__name__ == "ObjectRef":
+        import ray
+
+        return ray.get(payload)
+    return payload
 
 
 def experience() -> Experience:
