@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from reasonrl.config import BasePPOExpConfig
-from reasonrl.data.source_checks import data_source_problems
 from reasonrl.data import DataFormatError, load_rows
 from reasonrl.data.overlap import shared_sources
 from reasonrl.data.prepare import builtin_dataset_path
+from reasonrl.data.source_checks import data_source_problems
 from reasonrl.data.sources import check_source, source_identity
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,6 @@ import pytest
 pytest.importorskip("reasoning_gym")
 
 from playground.tiny_ppo_cpu import TinyPPOCPUConfig  # noqa: E402
-from reasonrl.data.source_checks import data_source_problems  # noqa: E402
 from reasonrl.data.gym_source import (  # noqa: E402
     DEFAULT_SEED,
     DEFAULT_SIZE,
@@ -22,6 +21,7 @@ from reasonrl.data.gym_source import (  # noqa: E402
     parse_gym_source,
 )
 from reasonrl.data.overlap import shared_sources  # noqa: E402
+from reasonrl.data.source_checks import data_source_problems  # noqa: E402
 from reasonrl.data.sources import DataFormatError  # noqa: E402
 
 
