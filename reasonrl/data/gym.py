@@ -6,16 +6,8 @@
         scores = scorer.score(responses, rows)            # floats in [0, 1], hard-timeout workers
 
 ``reasoning_gym`` (``pip install reasoning-gym==0.1.25``, the ``gym`` extra) is imported lazily. A row carries
-``{"gym": {"name", "seed", "size", "config", "index"}}``, enough to regenerate its entry deterministically in a
-worker process, where ``dataset.score_answer(answer, entry)`` scores the extracted answer.
-
-Safety: several reasoning-gym scorers pass the answer to ``eval`` or sympy's ``parse_expr`` (in 0.1.25:
-countdown, puzzle24, binary_matrix, spiral_matrix, string_insertion, n_queens, simple_integration,
-intermediate_integration, polynomial_multiplication). For countdown and puzzle24 the answer must first match an
-arithmetic whitelist (digits, + - * / ( ) and spaces, no ``**``), otherwise it scores 0. The other listed tasks
-are refused unless ``allow_unsafe_scorer=True``. All scoring runs in ``RewardVerifier`` worker processes under
-the hard timeout (``GymScorer`` workers import reasoning-gym before they take work, so the 1-2 s import never
-counts against an item's timeout).
+``{"gym": {"name", "seed", "size", "config", "index"}}``, enough to regenerate its entry deterministically where it
+is scored; which tasks' scorers are guarded or refused, and why, is said in :mod:`reasonrl.rewards.gym`.
 
 The scoring side (``GymScorer``, ``score_gym_item``, the task lists) is :mod:`reasonrl.rewards.gym`, re-exported here;
 this module generates the rows.

@@ -94,19 +94,6 @@ def data_source_problems(cfg: Any, required: bool = True, deep: bool = True) -> 
 
 def _needs_heavy_import(source: str) -> bool:
     """Whether checking ``source`` imports reasoning-gym or ``datasets``: a ``gym:`` task, a Hub id, a folder."""
-    from reasonrl.data.sources import parse_source
-
-    if source.startswith("gym:"):
-        return True
-    path_text, _ = parse_source(source)
-    if path_text in dataset_names():
-        return False
-    path = Path(path_text).expanduser()
-    return path.is_dir() or (not path.exists() and HUB_ID.fullmatch(path_text) is not None)
-
-
-def _needs_heavy_import(source: str) -> bool:
-    """Whether checking ``source`` imports reasoning-gym or ``datasets``: a ``gym:`` task, a Hub id, a folder."""
     if source.startswith("gym:"):
         return True
     path_text, _ = parse_source(source)
