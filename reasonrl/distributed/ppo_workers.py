@@ -396,7 +396,7 @@ class PolicyWorker(_ModelWorker):
     # ---------------------------------------------------------------- weights for vLLM
     # The worker's part of the weight sync; ``weight_sync.WeightSyncer`` (the driver) runs the protocol.
     def _bucket_sender(self):
-        from reasonrl.distributed.weight_sync import BucketSender
+        from reasonrl.distributed.bucket_sender import BucketSender
 
         if getattr(self, "_sender", None) is None:
             self._sender = BucketSender(self.engine.module, self.rank, dist_backend())
@@ -412,7 +412,7 @@ class PolicyWorker(_ModelWorker):
         self._bucket_sender().join(address, port, world_size, timeout_s)
 
     def send_bucket(self, names: Sequence[str], transport: str, keep, share_ranks: int = 1):
-        """Gather one bucket and send it (``BucketSender.send``; ``keep``: a ``weight_sync.KeepSent``). Collective."""
+        """Gather one bucket and send it (``BucketSender.send``; ``keep``: a ``bucket_sender.KeepSent``). Collective."""
         return self._bucket_sender().send(names, transport, keep, share_ranks)
 
     def release_shared(self) -> int:

@@ -13,7 +13,7 @@ after the first verify (every engine must agree on it); until then the trainer's
 Two sources of the trainer's side (``verify_with``):
 
 * ``sent_weights``: policy rank 0 scores the probe on a host model assembled from the tensors it just sent (no
-  second gather; ``weight_sync.BucketSender.sent_logprobs``), started by the sync's load while the engines load
+  second gather; ``bucket_sender.BucketSender.sent_logprobs``), started by the sync's load while the engines load
   the last bucket (with a picture whose expansion is not known yet: in the first verify);
 * ``trainer_forward``: the training model's forward (collective; ``PolicyWorker.probe_logprobs``).
 

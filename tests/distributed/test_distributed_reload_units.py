@@ -11,9 +11,10 @@ from engine_weights import load_in_buckets
 from families import ARCHITECTURE, build
 from torch import nn
 
+from reasonrl.distributed.bucket_sender import BucketSender
 from reasonrl.distributed.engine_names import table_groups
 from reasonrl.distributed.reload_units import check_plan, groups_of, module_units, name_unit, plan_buckets
-from reasonrl.distributed.weight_sync import BucketSender, _BucketPlan
+from reasonrl.distributed.weight_sync import _BucketPlan
 
 MIB = 1024**2
 _OLD_LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
