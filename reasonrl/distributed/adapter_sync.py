@@ -72,3 +72,9 @@ class AdapterSyncer:
     async def sync(self, probe: ProbeInput | Sequence[int] | None) -> SyncReport:
         report = await self.load(probe)
         return report if probe is None else await self.verify(probe, report)
+
+    def run(self, probe: ProbeInput | Sequence[int] | None) -> SyncReport:
+        """:meth:`sync` from synchronous code (scripts, tests)."""
+        import asyncio
+
+        return asyncio.run(self.sync(probe))

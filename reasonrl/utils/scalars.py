@@ -182,6 +182,8 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("sync/reload_warnings_dropped", "vLLM partial-reload warnings dropped (one per module outside each bucket)"),
     Scalar("sync/verify_s", "seconds of the probe check (policy vs engines)"),
     Scalar("sync/probe_max_abs_diff", "max |logprob difference| between policy and engines on the probe"),
+    Scalar("sync/probe_tokens", "tokens the probe scored (a vision-language probe's picture expanded into its tokens)"),
+    Scalar("sync/probe_images", "pictures the probe carried (1 for a vision-language policy: its tower is scored too)"),
     Scalar(
         "reward/model_score_mean",
         "mean score of the learned reward model over every sampled response (when reward_pretrain is set); "
