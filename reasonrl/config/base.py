@@ -234,7 +234,21 @@ class BasePPOExpConfig(DerivedValues):
         "asynchronous RL: the engines generate the rollouts of up to k steps ahead while the trainers update (their "
         "data is at most k updates old; pair with rollout_correction=token_tis); 0 = the exact synchronous loop; "
         "1 = one step ahead (more is refused: an engine cannot receive weights while it generates, so it would add "
-        "staleness, not overlap); needs split placement (colocate_all=false)",
+        "staleness, not overlap); needs split placement (colocate_all=false). With fully_async: any k >= 1, the "
+        "largest number of updates between the weights of a sample's oldest token and the trained ones",
+    )
+    fully_async: bool = _rol(
+        False,
+        "fully asynchronous RL (docs/async.md): prompts flow to the engines continuously, finished prompt groups wait "
+        "in a bounded buffer, the trainer takes a step's batch as soon as it is ready, and weights are loaded "
+        "between engine steps while requests are in flight (partial_rollout); needs async_staleness >= 1 and split "
+        "placement",
+    )
+    partial_rollout: str = _rol(
+        "keep",
+        "fully_async: what happens to requests in flight at a weight sync. 'keep': their tokens and KV cache stay, the "
+        "next tokens come from the new weights; 'recompute': aborted and resubmitted as prompt + tokens so far, so "
+        "the new weights re-read them",
     )
     stream_rollout: bool = _rol(
         True,
