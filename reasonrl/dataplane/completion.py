@@ -31,6 +31,10 @@ class Completion:
     # vision-language prompts: the prompt's images (uint8 [H, W, 3] arrays, in order; set by the generator, not the
     # engine); ``prompt_token_ids`` then hold the image tokens as the engine expanded them
     images: list | None = None
+    # fully asynchronous rollouts: the weight version (training steps synced into the engine) that sampled each
+    # token of ``token_ids``; None where the engine generated the whole response on one version
+    token_versions: list[int] | None = None
+    cached_prompt_tokens: int | None = None  # fully asynchronous rollouts: prompt tokens the prefix cache served
 
 
 @dataclasses.dataclass
