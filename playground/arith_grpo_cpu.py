@@ -25,7 +25,7 @@ class ArithGRPOCPUConfig(BasePPOExpConfig):
     pretrain: str | None = "arith-sft"
     bf16: bool = False
     gradient_checkpointing: bool = False
-    zero_stage: int = 0
+    zero_stage: int | str = 0
     policy_devices_per_node: int = 1
     ref_devices_per_node: int = 1
     critic_devices_per_node: int = 1

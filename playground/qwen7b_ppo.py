@@ -49,7 +49,7 @@ class Qwen7BPPOConfig(BasePPOExpConfig):
     colocate_all: bool = True
     colocate_policy_ref: bool = True
     colocate_critic_reward: bool = True
-    zero_stage: int = 3
+    zero_stage: int | str = 3
     bf16: bool = True
     gradient_checkpointing: bool = True
     optimizer_offload: bool = False

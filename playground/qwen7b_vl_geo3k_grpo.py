@@ -55,7 +55,7 @@ class Qwen7BVLGeo3KGRPOConfig(BasePPOExpConfig):
     vllm_tensor_parallel_size: int = 2
     vllm_gpu_memory_utilization: float = 0.6
     colocate_all: bool = True
-    zero_stage: int = 3
+    zero_stage: int | str = 3
     bf16: bool = True
     gradient_checkpointing: bool = True
     max_tokens_per_micro_batch: int = 16384

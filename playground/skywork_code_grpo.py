@@ -64,7 +64,7 @@ class SkyworkCodeGRPOConfig(BasePPOExpConfig):
     vllm_num_engines: int = 8
     vllm_tensor_parallel_size: int = 1
     colocate_all: bool = True
-    zero_stage: int = 3
+    zero_stage: int | str = 3
     bf16: bool = True
     gradient_checkpointing: bool = True
     vllm_gpu_memory_utilization: float = 0.7

@@ -43,6 +43,7 @@ Layout (one job per module; everything public is re-exported here, so ``from rea
 * ``convert``: typed parsing of values; ``overrides``: ``field=value`` and ``DEBUG_MODE``; ``debug``: the debug shrink;
 * ``serialise``: JSON; ``render``: table, ``--help`` and the Markdown reference; ``cli``: ``python -m reasonrl.config``.
 * ``resume``: which fields of a checkpoint's saved config may differ on resume (RL and SFT share it).
+* ``zero_stages``: each DeepSpeed role's ZeRO stage (``zero_stage=auto`` resolved per role) and what a resume keeps.
 """
 
 from reasonrl.config.base import BasePPOExpConfig

@@ -82,7 +82,13 @@ class BasePPOExpConfig(DerivedValues):
     )
     colocate_policy_ref: bool = _res(False, "policy and reference share devices (when colocate_all is off)")
     colocate_critic_reward: bool = _res(False, "critic and reward model share devices (when colocate_all is off)")
-    zero_stage: int = _res(3, "DeepSpeed ZeRO stage (0-3) of the trained and frozen models")
+    zero_stage: int | str = _res(
+        "auto",
+        "DeepSpeed ZeRO stage of the trained and frozen models: 0-3 for every role, or 'auto' per role: 0 where the "
+        "role has one rank and needs no ZeRO feature (ref_offload_params, optimizer_offload, bf16 training, GPU "
+        "colocation of a trained role), else 3 (reasonrl.config.zero_stages); with auto a resume keeps the stage its "
+        "checkpoint was written with",
+    )
     bf16: bool = _res(True, "train and run models in bfloat16 (False: float32, e.g. on CPU)")
     gradient_checkpointing: bool = _res(True, "activation checkpointing in the policy and critic")
     attn_implementation: str = _res(

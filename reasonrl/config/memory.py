@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 def setup_from_config(cfg: BasePPOExpConfig, model: ModelShape | None = None, device_bytes: int | None = None) -> Setup:
     """The :class:`Setup` of ``cfg``; ``model`` defaults to ``QWEN25[cfg.pretrain]`` (a Hub id at any revision),
     ``device_bytes`` to an 80 GB device. Raises KeyError for a model without a known shape."""
+    from reasonrl.config.zero_stages import ROLES, role_zero_stage
     from reasonrl.planning import memory_model
 
     shape = model or memory_model.QWEN25.get((cfg.pretrain or "").partition("@")[0])
@@ -25,7 +26,11 @@ def setup_from_config(cfg: BasePPOExpConfig, model: ModelShape | None = None, de
         raise KeyError(f"pretrain={cfg.pretrain!r}: no model shape known; pass model=ModelShape(...) from its config")
     return memory_model.Setup(
         model=shape,
-        zero_stage=cfg.zero_stage,
+        zero_stage=role_zero_stage(cfg, "policy"),
+        # each role at the stage its workers get (zero_stage=auto resolves per role); the model names the reward model
+        role_zero_stages=tuple(
+            ("reward_model" if role == "reward" else role, role_zero_stage(cfg, role)) for role in ROLES
+        ),
         policy_dp=cfg.policy_world_size,
         critic_dp=cfg.critic_world_size if cfg.use_critic else 0,
         ref_dp=cfg.ref_num_nodes * cfg.ref_devices_per_node if cfg.use_reference and not cfg.reference_in_policy else 0,

@@ -157,7 +157,10 @@ def resume_changes(saved: Mapping[str, Any], cfg: Any) -> list[FieldChange]:
     schedule in both configs, :data:`RUN_LENGTH_FIELDS`."""
     allowed = set(ALWAYS_ALLOWED) | set(cfg.resume_allow_changes)
     defaults = field_defaults(type(cfg))
-    changes = config_changes(saved, cfg.to_dict(), defaults=defaults, ignore=allowed)
+    # zero_stage: compared as the stages the roles run at (an engine loads only its own stage's checkpoint), never
+    # allowed to differ, and the same stage written differently ("auto" resolving to 3 against 3) is no change
+    changes = config_changes(saved, cfg.to_dict(), defaults=defaults, ignore=allowed | {"zero_stage"})
+    changes += _zero_stage_changes(saved, cfg, defaults)
     constant_lr = saved.get("lr_schedule", defaults.get("lr_schedule")) == "constant" == cfg.lr_schedule
     out = []
     for change in changes:
@@ -170,6 +173,34 @@ def resume_changes(saved: Mapping[str, Any], cfg: Any) -> list[FieldChange]:
             )
         out.append(change)
     return out
+
+
+def _zero_stage_changes(saved: Mapping[str, Any], cfg: Any, defaults: Mapping[str, Any]) -> list[FieldChange]:
+    from reasonrl.config import zero_stages
+
+    view = zero_stages.saved_view(saved, defaults)
+    mismatches = zero_stages.stage_mismatches(view, cfg)
+    if not mismatches:
+        return []
+    roles = ", ".join(
+        f"the {role} was written at ZeRO-{old}, this run gives it ZeRO-{new}" for role, (old, new) in mismatches.items()
+    )
+    keep = {old for old, _ in mismatches.values()}
+    fix = (
+        f"zero_stage={keep.pop()}"
+        + (" (or zero_stage=auto, which keeps a checkpoint's stage)" * (cfg.zero_stage != "auto"))
+        if len(keep) == 1
+        else f"zero_stage={view.zero_stage!r} with the checkpoint's other fields"
+    )
+    note = (
+        f"{roles}; a DeepSpeed checkpoint loads only at the ZeRO stage that wrote it (resume_allow_changes cannot "
+        f"change that): resume with {fix}, or start afresh at this stage with resume=none (or another exp_name)"
+    )
+    return [
+        FieldChange(
+            "zero_stage", json_form(view.zero_stage), json_form(cfg.zero_stage), "zero_stage" not in saved, note
+        )
+    ]
 
 
 def read_saved_config(checkpoint: str | Path, name: str = CONFIG_FILE) -> dict[str, Any]:
@@ -198,13 +229,17 @@ def check_resume_config(cfg: Any, checkpoint: str | Path) -> list[str]:
     saved = read_saved_config(checkpoint)
     changes = resume_changes(saved, cfg)
     if changes:
-        names = ",".join(c.name for c in changes)
-        raise ConfigError(
-            [c.describe() for c in changes]
-            + [
+        names = ",".join(c.name for c in changes if c.name != "zero_stage")  # no allowing that one (its note says)
+        ways_out = (
+            [
                 f"to continue {checkpoint} with these changes on purpose pass resume_allow_changes={names}; to start "
                 "afresh pass resume=none or another exp_name (or ckpt_dir)"
-            ],
+            ]
+            if names
+            else []
+        )
+        raise ConfigError(
+            [c.describe() for c in changes] + ways_out,
             title=f"resume refused: {Path(checkpoint) / CONFIG_FILE} was written by a different config",
         )
     return removed_fields(saved, cfg.to_dict())

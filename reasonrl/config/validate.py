@@ -39,7 +39,6 @@ from reasonrl.config.names import (
     ROLLOUT_CORRECTIONS,
     SYNC_TRANSPORTS,
     SYNC_VERIFY_SOURCES,
-    ZERO_STAGES,
 )
 from reasonrl.config.probes import (
     _HOW_TO_PROVIDE_MODEL,
@@ -49,6 +48,8 @@ from reasonrl.config.probes import (
     _reward_fn_problems,
 )
 from reasonrl.config.resources import check_resources
+from reasonrl.config.zero_stages import CHOICES as ZERO_STAGE_CHOICES
+from reasonrl.config.zero_stages import stage_problems
 from reasonrl.utils.hints import empty_item_problem
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ def _check_names(cfg: BasePPOExpConfig) -> list[str]:
         ("device", DEVICES),
         ("attn_implementation", ATTN_IMPLEMENTATIONS),
         ("extract_mode", EXTRACT_MODES),
-        ("zero_stage", ZERO_STAGES),
+        ("zero_stage", ZERO_STAGE_CHOICES),
         ("sync_transport", SYNC_TRANSPORTS),
         ("sync_verify_with", SYNC_VERIFY_SOURCES),
         ("tracker", TRACKERS),
@@ -165,6 +166,7 @@ def _check_names(cfg: BasePPOExpConfig) -> list[str]:
         if value not in valid:
             problems.append(f"{name}={value!r} is unknown; valid: {', '.join(map(str, valid))}{_close(value, valid)}")
     problems += tracker_problems(cfg.tracker)
+    problems += stage_problems(cfg)
     if cfg.device == "cpu" and cfg.attn_implementation == "flash_attention_2":
         problems.append("attn_implementation='flash_attention_2' needs a GPU: use attn_implementation=auto or sdpa")
     if cfg.attn_implementation == "flash_attention_2" and not cfg.bf16:

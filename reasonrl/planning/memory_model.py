@@ -10,7 +10,8 @@ residency table :data:`~reasonrl.planning.device_phases.RESIDENT`) and on each d
 Formulas (``P`` parameters, ``N`` the role's data-parallel size, ``w`` bytes per weight: 2 in bf16, 4 in fp32,
 ``T`` the micro-batch token budget, ``h`` hidden size, ``I`` intermediate size, ``L`` layers, ``V`` vocabulary):
 
-* parameters: ``w P / N`` under ZeRO-3 (partitioned), ``w P`` below.
+* parameters: ``w P / N`` under ZeRO-3 (partitioned), ``w P`` below; each role at its own stage
+  (:attr:`Setup.role_zero_stages`: a config's ``zero_stage=auto`` gives one-rank roles ZeRO-0).
 * gradients: ``4 P / N`` at ZeRO >= 2 (bf16 training accumulates gradients in fp32), ``4 P`` below; 0 for frozen roles.
 * optimizer: fp32 master weights + Adam m and v = ``12 P / N`` at ZeRO >= 1 (``12 P`` at 0; the master copy only in
   bf16: ``8 P / N`` in fp32); 0 on the device with ``optimizer_offload``.
@@ -131,7 +132,7 @@ class Setup:
     :func:`reasonrl.config.memory.setup_from_config`)."""
 
     model: ModelShape
-    zero_stage: int = 3
+    zero_stage: int = 3  # every role's stage, unless role_zero_stages names the role's own
     policy_dp: int = 8
     critic_dp: int = 0  # 0: no critic
     ref_dp: int = 0  # 0: no reference model
@@ -149,6 +150,13 @@ class Setup:
     device_bytes: int = DEVICE_BYTES
     lora_rank: int = 0  # > 0: the policy trains adapters only (gradients and optimizer states of those)
     vllm_cuda_graph_bytes: int = VLLM_CUDA_GRAPH_BYTES  # 0: the engines run eager (no CUDA graphs)
+    # (role, stage) pairs of the roles whose ZeRO stage is not zero_stage (a config's zero_stage=auto resolved per
+    # role); roles: policy, critic, ref, reward_model
+    role_zero_stages: tuple[tuple[str, int], ...] = ()
+
+    def stage(self, role: str | None = None) -> int:
+        """The ZeRO stage of ``role`` (None: :attr:`zero_stage`)."""
+        return dict(self.role_zero_stages).get(role, self.zero_stage) if role else self.zero_stage
 
 
 # ---------------------------------------------------------------------- components (bytes on one device)
@@ -156,29 +164,33 @@ def _w(s: Setup) -> int:
     return 2 if s.bf16 else 4
 
 
-def param_bytes(s: Setup, dp: int, *, offloaded: bool = False) -> int:
-    """Parameter partition of one role: ``w P / N`` under ZeRO-3, ``w P`` below; 0 with parameter offload."""
+def param_bytes(s: Setup, dp: int, *, offloaded: bool = False, role: str | None = None) -> int:
+    """Parameter partition of one role (at ``role``'s stage, :meth:`Setup.stage`): ``w P / N`` under ZeRO-3, ``w P``
+    below; 0 with parameter offload."""
     if offloaded or dp == 0:
         return 0
     full = _w(s) * s.model.num_params
-    return full // dp if s.zero_stage == 3 else full
+    return full // dp if s.stage(role) == 3 else full
 
 
-def train_state_bytes(s: Setup, dp: int, *, lora: bool = False) -> int:
+def train_state_bytes(s: Setup, dp: int, *, lora: bool = False, role: str | None = None) -> int:
     """Gradients (fp32, partitioned at ZeRO >= 2) + fp32 master weights and Adam m, v (partitioned at ZeRO >= 1),
-    of the trained parameters: every one, or the adapters only (``lora``: the policy with ``lora_rank > 0``)."""
+    of the trained parameters: every one, or the adapters only (``lora``: the policy with ``lora_rank > 0``), at
+    ``role``'s stage (:meth:`Setup.stage`)."""
     if dp == 0:
         return 0
+    stage = s.stage(role)
     p = s.model.lora_params(s.lora_rank) if lora and s.lora_rank else s.model.num_params
-    grads = 4 * p // dp if s.zero_stage >= 2 else 4 * p
+    grads = 4 * p // dp if stage >= 2 else 4 * p
     optim = 0 if s.optimizer_offload else (12 if s.bf16 else 8) * p
-    optim = optim // dp if s.zero_stage >= 1 else optim
+    optim = optim // dp if stage >= 1 else optim
     return grads + optim
 
 
-def gather_bytes(s: Setup) -> int:
-    """ZeRO-3 working set: two full layers (current + prefetched) and the embedding/head; 0 below ZeRO-3."""
-    if s.zero_stage != 3:
+def gather_bytes(s: Setup, role: str | None = None) -> int:
+    """ZeRO-3 working set: two full layers (current + prefetched) and the embedding/head; 0 below ZeRO-3 (``role``'s
+    stage, :meth:`Setup.stage`)."""
+    if s.stage(role) != 3:
         return 0
     m = s.model
     return _w(s) * (2 * m.layer_params + m.vocab_size * m.hidden_size)
@@ -248,18 +260,22 @@ def colocated_phase_bytes(s: Setup) -> dict[Phase, dict[str, int]]:
     """
     roles = _roles(s)
     params = sum(
-        param_bytes(s, dp, offloaded=name in ("ref", "reward_model") and s.ref_offload_params)
+        param_bytes(s, dp, offloaded=name in ("ref", "reward_model") and s.ref_offload_params, role=name)
         for name, (dp, _, _) in roles.items()
     )
     parts = {
         "policy_params": params,
         "train_states": sum(
-            train_state_bytes(s, dp, lora=name == "policy") for name, (dp, trains, _) in roles.items() if trains
+            train_state_bytes(s, dp, lora=name == "policy", role=name)
+            for name, (dp, trains, _) in roles.items()
+            if trains
         ),
-        "activations": gather_bytes(s) + max(activation_bytes(s, trains=t, logits=lg) for _, t, lg in roles.values()),
+        "activations": max(
+            gather_bytes(s, name) + activation_bytes(s, trains=t, logits=lg) for name, (_, t, lg) in roles.items()
+        ),
         "vllm_weights": vllm_weight_bytes(s),
         "vllm_kv_cache": vllm_budget_bytes(s) - vllm_weight_bytes(s),
-        "sync_bucket": s.sync_bucket_mb * 2**20 + gather_bytes(s),
+        "sync_bucket": s.sync_bucket_mb * 2**20 + gather_bytes(s, "policy"),
     }
     out = {}
     for phase in dict.fromkeys(COLOCATED_PHASES):
@@ -276,9 +292,9 @@ def split_device_bytes(s: Setup) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for name, (dp, trains, logits) in _roles(s).items():
         out[name] = {
-            "params": param_bytes(s, dp, offloaded=not trains and s.ref_offload_params),
-            "train_states": train_state_bytes(s, dp, lora=name == "policy") if trains else 0,
-            "activations": gather_bytes(s) + activation_bytes(s, trains=trains, logits=logits),
+            "params": param_bytes(s, dp, offloaded=not trains and s.ref_offload_params, role=name),
+            "train_states": train_state_bytes(s, dp, lora=name == "policy", role=name) if trains else 0,
+            "activations": gather_bytes(s, name) + activation_bytes(s, trains=trains, logits=logits),
             "cuda_contexts": cuda_context_bytes(1),  # the rank's process
         }
         if name == "policy":

@@ -51,14 +51,35 @@ def resolve_resume(cfg: BasePPOExpConfig) -> Path | None:
         fix = "" if isinstance(err, NoCompleteCheckpointError) else fix  # that message names the choices itself
         raise ConfigError([f"{err}{fix}"], title="resume refused") from None
     if path is not None:
-        adopted = adopt_saved_pins(cfg, read_saved_config(path))  # the commits the checkpoint was trained from
+        saved = read_saved_config(path)
+        adopted = adopt_saved_pins(cfg, saved)  # the commits the checkpoint was trained from
         if adopted:
             logger.info("resume keeps the checkpoint's model commits: " + ", ".join(adopted.values()))
+        keep_zero_stage(cfg, saved, path)
         removed = check_resume_config(cfg, path)
         if removed:
             logger.warning(f"{path}/config.json has fields this config no longer has (ignored): {removed}")
     checkpoints.start_from(path)
     return path
+
+
+def keep_zero_stage(cfg: BasePPOExpConfig, saved: dict, path: Path) -> int | None:
+    """``zero_stage=auto`` resuming a checkpoint written at other ZeRO stages than auto gives the roles now (e.g. one
+    written at ZeRO-3, the default before auto): the run keeps the checkpoint's stage (``cfg.zero_stage`` is set to
+    it, and the checkpoints it writes record it), since a DeepSpeed engine loads only its own stage's checkpoint.
+    Returns the stage kept, or None (nothing changed; an explicit stage that differs is refused by the check)."""
+    from reasonrl.config import zero_stages
+    from reasonrl.config.resume import field_defaults
+
+    auto = zero_stages.role_zero_stages(cfg)
+    stage = zero_stages.adopt_saved_zero_stage(cfg, saved, field_defaults(type(cfg)))
+    if stage is not None:
+        logger.warning(
+            f"resume keeps zero_stage={stage}: {path} was written at ZeRO-{stage} and a DeepSpeed checkpoint loads "
+            f"only at its own stage (zero_stage=auto would give {zero_stages.describe(auto)}; resume=none starts "
+            "afresh at those)"
+        )
+    return stage
 
 
 def newest_checkpoint(cfg: BasePPOExpConfig) -> Path | None:

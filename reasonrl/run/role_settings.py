@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from reasonrl.config import BasePPOExpConfig, mapping
+from reasonrl.config.zero_stages import role_zero_stage
 from reasonrl.distributed.ppo_workers import WorkerConfig
 
 
@@ -19,12 +20,14 @@ def worker_config(
 
     ``warmup_steps = lr_warmup_steps`` (optimizer steps of this role) and ``total_steps = num_rollout_steps *
     optimizer steps per rollout`` (``num_rollout_steps`` defaults to ``max_steps``; the linear/cosine schedules need
-    one of them). ``extra`` overrides fields (e.g. ``pad_token_id``, known only once the tokenizer is loaded).
+    one of them). ``zero_stage`` is the role's: ``cfg.zero_stage``, or for ``auto`` 0 on one rank that needs no ZeRO
+    feature and 3 otherwise (:func:`reasonrl.config.zero_stages.role_zero_stage`). ``extra`` overrides fields (e.g.
+    ``pad_token_id``, known only once the tokenizer is loaded).
     """
     if role not in ("policy", "ref", "critic", "reward"):
         raise ValueError(f"unknown role {role!r}; roles are policy, ref, critic, reward")
     common: dict[str, Any] = dict(
-        zero_stage=cfg.zero_stage,
+        zero_stage=role_zero_stage(cfg, role),  # "auto" resolved for this role (reasonrl.config.zero_stages)
         bf16=cfg.bf16,
         attn_implementation=cfg.attn_implementation,  # unresolved: each worker resolves "auto" for its placement
         max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch,

@@ -52,6 +52,10 @@ COMMON |= dict(env_fn=SCRIPTED_ENV, stop=[" "], max_turns=3, generate_max_len=48
 # LoRA adapters on the policy: its reference is the adapter switched off (no reference worker), and each sync sends
 # the adapter only (the engines keep the base model: they sleep at level 1 under colocate_all)
 COMMON |= dict(lora_rank=8, lora_alpha=16, lora_sync="adapter", kl_mode="loss", init_kl_coef=1e-2)
+# ZeRO-3 on purpose (zero_stage=auto gives these one-rank roles ZeRO-0): the checkpoints, their exact resume, the
+# merged HF export and the adapter sync go through the partitioned path GPU runs use; tests/test_exp_stop_restart.py
+# resumes the recipe's default (auto: ZeRO-0) exactly
+COMMON |= dict(zero_stage=3)
 
 
 @pytest.fixture(scope="module")

@@ -38,8 +38,8 @@ def read_rows(run_dir: Path) -> dict[int, dict]:
 
 @pytest.fixture(scope="module")
 def stack(ray_cluster, tmp_path_factory):
-    """Policy (ZeRO-3, 1 rank) + reference + one vLLM engine, started once by the ``ExperimentRunner`` of a
-    ``BasePPOExp``."""
+    """Policy (1 rank: ZeRO-0, the recipe's zero_stage=auto) + reference + one vLLM engine, started once by the
+    ``ExperimentRunner`` of a ``BasePPOExp``."""
     from transformers import AutoTokenizer
 
     root = tmp_path_factory.mktemp("features")
