@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from reasonrl.config.debug import shrink_for_debug
-from reasonrl.config.names import ADVANTAGE_ESTIMATOR_NAMES, GROUP_ESTIMATORS
+from reasonrl.config.names import ADVANTAGE_ESTIMATOR_NAMES, GROUP_ESTIMATORS, PARTIAL_ROLLOUT_MODES
 from reasonrl.config.probes import _model_max_positions
 
 if TYPE_CHECKING:
@@ -86,18 +86,19 @@ def _check_algorithm(cfg: BasePPOExpConfig) -> list[str]:
                 f"entropy_coef={cfg.entropy_coef} (the adaptive controller's start) is outside "
                 f"[entropy_coef_min, entropy_coef_max] = [{lo}, {hi}]: move it inside"
             )
-    if cfg.async_staleness > 0 and (cfg.dynamic_sampling or cfg.advantage_estimator == "remax"):
+    problems += fully_async_problems(cfg)
+    if cfg.async_staleness > 0 and not cfg.fully_async and (cfg.dynamic_sampling or cfg.advantage_estimator == "remax"):
         extra = "dynamic_sampling refills" if cfg.dynamic_sampling else "remax's greedy baseline rollouts"
         problems.append(
             f"async_staleness={cfg.async_staleness} with {extra}: those extra generations would run on newer weights "
             "than the step's rollout and draw prompts out of step order; use async_staleness=0 with them"
         )
-    if cfg.async_staleness > 1:
+    if cfg.async_staleness > 1 and not cfg.fully_async:
         problems.append(
             f"async_staleness={cfg.async_staleness}: each vLLM engine is one Ray actor that runs one call at a time, "
             "so it cannot receive new weights while it generates, and every sync waits for the rollouts already "
             "queued on it; more than one step ahead adds staleness without adding overlap (docs/distributed.md, "
-            "measured). Use async_staleness=1"
+            "measured). Use async_staleness=1, or fully_async=true (engines that take weights mid-generation)"
         )
     if cfg.async_staleness > 0 and cfg.colocate_all:
         problems.append(
@@ -106,6 +107,46 @@ def _check_algorithm(cfg: BasePPOExpConfig) -> list[str]:
             "(split placement) or async_staleness=0"
         )
     return problems + eval_sampling_problems(cfg) + rollout_correction_problems(cfg)
+
+
+def fully_async_problems(cfg: BasePPOExpConfig) -> list[str]:
+    """What fully asynchronous RL (``fully_async``, docs/async.md) needs, and what it does not support yet."""
+    if not cfg.fully_async:
+        return []
+    problems = []
+    if cfg.partial_rollout not in PARTIAL_ROLLOUT_MODES:
+        problems.append(f"partial_rollout={cfg.partial_rollout!r}: must be one of {list(PARTIAL_ROLLOUT_MODES)}")
+    if cfg.async_staleness < 1:
+        problems.append(
+            "fully_async=true needs async_staleness >= 1 (the largest number of updates between the weights of a "
+            "sample's oldest token and the trained ones); set async_staleness=2, say"
+        )
+    if cfg.colocate_all:
+        problems.append(
+            "fully_async=true with colocate_all=true: the engines and the trainers time-share the devices, so the "
+            "loop stays synchronous; set colocate_all=false (split placement)"
+        )
+    if cfg.rollout_correction == "off":
+        problems.append(
+            "fully_async=true needs the engines' per-token log-probs (the behaviour policy of decoupled PPO, "
+            "docs/algorithms.md): set rollout_correction=token_tis"
+        )
+    # (a vision-language model is refused where the model is known: reasonrl.run.vision_check)
+    unsupported = {
+        "env_fn": (cfg.env_fn is not None, "multi-turn episodes use the engines' turn pump, not the flow"),
+        "advantage_estimator=remax": (
+            cfg.advantage_estimator == "remax",
+            "its greedy baseline rollouts would run outside the flow, on other weights",
+        ),
+        "lora_sync=adapter": (
+            cfg.use_lora and cfg.lora_sync == "adapter",
+            "an adapter sync would remove the adapter that requests in flight still use; use lora_sync=merged",
+        ),
+    }
+    for name, (present, why) in unsupported.items():
+        if present:
+            problems.append(f"fully_async=true does not support {name} yet ({why}); set fully_async=false")
+    return problems
 
 
 def rollout_correction_problems(cfg: BasePPOExpConfig) -> list[str]:

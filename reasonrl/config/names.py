@@ -28,6 +28,7 @@ DEVICES = ("auto", "cpu", "gpu")
 RESUME_MODES = ("auto", "none")  # or the path of a checkpoint directory
 ATTN_IMPLEMENTATIONS = ("auto", "flash_attention_2", "sdpa", "eager")
 ZERO_STAGES = (0, 1, 2, 3)
+PARTIAL_ROLLOUT_MODES = ("keep", "recompute")  # mirror of reasonrl.distributed.flow_requests.PARTIAL_ROLLOUT_MODES
 # Mirrors of reasonrl.distributed.weight_sync.TRANSPORTS / VERIFY_SOURCES, plus "auto".
 SYNC_TRANSPORTS = ("auto", "broadcast", "ipc", "object_store")
 SYNC_VERIFY_SOURCES = ("auto", "sent_weights", "trainer_forward")

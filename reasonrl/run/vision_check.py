@@ -48,6 +48,12 @@ def vision_problems(
             getattr(cfg, "env_fn", None) is not None,
             "multi-turn environments with images are not supported yet",
         ),
+        "fully_async": (
+            getattr(cfg, "fully_async", False),
+            "fully asynchronous RL does not support a vision-language model yet (vLLM 0.32 cannot drop the vision "
+            "encoder's cache while requests run, and new weights would meet stale image features): set "
+            "fully_async=false",
+        ),
     }
     problems += [f"{field}: {why}" for field, (bad, why) in unsupported.items() if bad and training]
     for name, rows in sets.items():
