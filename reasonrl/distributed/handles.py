@@ -231,6 +231,23 @@ class EngineHandle:
         """Answers once every call made before it has run (the actor runs calls in order)."""
         return self.actor.ready.remote()
 
+    # fully asynchronous rollouts (``reasonrl.loop.continuous_rollout``): requests that stay in the engine
+    def flow_step(self, requests: Sequence[Any], max_wait_s: float) -> Awaitable[list[tuple[str, Completion]]]:
+        """Add ``requests`` (``flow_requests.FlowRequest``) and step for up to ``max_wait_s``: the finished ones."""
+        return self.actor.flow_step.remote(list(requests), max_wait_s)
+
+    def flow_pause(self) -> Awaitable[None]:
+        """Before a weight sync with requests in flight (a multiprocess engine core: its scheduler paused)."""
+        return self.actor.flow_pause.remote()
+
+    def flow_set_version(self, version: int, partial_rollout: str) -> Awaitable[dict[str, int]]:
+        """After a weight sync: the engine's weight version, and the requests in flight kept or recomputed."""
+        return self.actor.flow_set_version.remote(version, partial_rollout)
+
+    def flow_abort(self) -> Awaitable[int]:
+        """Abort every request of the flow (a stop, the end of a run)."""
+        return self.actor.flow_abort.remote()
+
 
 def _generate_args(prompt_ids, sampling, images) -> tuple:
     return (prompt_ids, sampling) if images is None else (prompt_ids, sampling, images)

@@ -227,6 +227,24 @@ class Generator:
             parts.append(_engine_parts(launched, bounds[e], streamed=s.stream_rollout, images=images))
         return parts
 
+    def flow_sampling(self, temperature: float, seed: int):
+        """One sample's ``SamplingConfig`` in the fully asynchronous flow (``n = 1``, its own seed, the engine's
+        log-prob of every token: the behaviour policy of decoupled PPO)."""
+        from reasonrl.distributed.vllm_engine import SamplingConfig
+
+        s = self.settings
+        return SamplingConfig(
+            n=1,
+            temperature=temperature,
+            top_p=s.top_p if temperature > 0 else 1.0,
+            top_k=s.top_k if temperature > 0 else 0,
+            max_tokens=s.generate_max_len,
+            stop=list(s.stop) or None,
+            include_stop_str_in_output=s.include_stop_str_in_output,
+            seed=seed,
+            logprobs=True,
+        )
+
     def score_serialised(self, completions: Sequence[Completion], rows: Sequence[dict]) -> list:
         """``scorer(completions, rows)``, one call at a time across every concurrent rollout and eval of this
         generator (asynchronous rollouts score while others generate). Blocking: run it in a worker thread."""

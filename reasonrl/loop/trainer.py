@@ -39,6 +39,7 @@ from reasonrl.distributed.phases import Phase, PhaseMachine
 from reasonrl.distributed.sync_probe import ProbeInput
 from reasonrl.distributed.weight_sync import WeightSyncer, resolve_transport, resolve_verify_source
 from reasonrl.distributed.worker_group import gather_all
+from reasonrl.loop.continuous_rollout import ContinuousRollouts
 from reasonrl.loop.evaluation import EvalSettings, evaluate_sets
 from reasonrl.loop.forward_stream import ForwardSettings, StepForwards
 from reasonrl.loop.generation import GenerationSettings, Generator, Scorer
@@ -138,15 +139,20 @@ class PPOTrainer:
             else None
         )
         self.updates = StepUpdates(h.policy, h.critic, UpdateSettings.from_config(cfg), self.entropy_ctl)
-        # async_staleness = k > 0: the rollouts of the next k steps are generated while this one trains
+        # async_staleness = k > 0: the rollouts of the next k steps are generated while this one trains; with
+        # fully_async the engines generate continuously instead (reasonrl.loop.continuous_rollout)
         self.ahead = (
             RolloutAhead(cfg.async_staleness, self.collector.collect, self.sampler, self.total_steps)
-            if cfg.async_staleness
+            if cfg.async_staleness and not cfg.fully_async
             else None
         )
+        self.flow: ContinuousRollouts | None = None  # built when fit starts (it may resume from a checkpoint)
+        self._flow_resume: dict | None = None
         # stream_rollout under split placement, synchronous: the forwards start on each full chunk of kept samples
         # while the engines still generate (ahead of time they would run on the weights of an older step)
-        self.streams_forwards = cfg.stream_rollout and self.ahead is None and not cfg.colocate_all
+        self.streams_forwards = (
+            cfg.stream_rollout and self.ahead is None and not cfg.colocate_all and not cfg.fully_async
+        )
         self.probe: ProbeInput | None = None  # the weight sync's end-to-end probe (sync_for_generation)
         self._weight_syncer: WeightSyncer | AdapterSyncer | None = None
         # colocate_all: what is resident on the shared devices (a no-op machine under split placement); the device
@@ -177,6 +183,16 @@ class PPOTrainer:
         cfg = self.cfg
         with self.timed("sync"):
             await self.sync_for_generation()  # engines start from the policy's (possibly resumed) weights
+        if cfg.fully_async:
+            self.flow = ContinuousRollouts(
+                self.generator,
+                RolloutSettings.from_config(cfg),
+                self.sampler,
+                staleness=cfg.async_staleness,
+                partial_rollout=cfg.partial_rollout,
+                resume=self._flow_resume,
+            )
+            self.flow.start(version=self.global_step)
         if cfg.eval_before_training and self.global_step == 0 and self.eval_sets:
             with self.timed("eval"):
                 self.tracker.log_metrics(0, await self.evaluate())
@@ -261,7 +277,7 @@ class PPOTrainer:
         with self.timed("update", m):
             m |= await self.updates.run(exp, self.global_step, kl_coef=self.kl_ctl.value)
         with self.timed("sync", m):
-            m |= await self.sync_for_generation()
+            m |= await self.sync_for_generation(version=self.global_step + 1)
         self.dump_generations(batch, step=self.global_step + 1)
         return m
 
@@ -303,6 +319,11 @@ class PPOTrainer:
         are launched before this one trains; adds ``async/staleness`` (updates between the weights that generated
         it and the ones that train on it) and ``time/wait_rollout``. ``Rollout.policy_version``: the training steps
         whose weights generated it."""
+        if self.flow is not None:
+            taken = await self.flow.take(trainer_version=self.global_step)
+            if taken is not None:
+                taken[0].policy_version = self.global_step - int(taken[1]["async/version_lag_max"])
+            return taken
         if self.ahead is None:
             rows = self.sampler.next_batch()
             if rows is None:
@@ -322,15 +343,24 @@ class PPOTrainer:
     def sampler_resume_state(self) -> dict:
         """The sampler state a resumed run continues from: before the prompts of the oldest rollout not trained yet
         (rollouts generated ahead are dropped, their prompts drawn again)."""
+        if self.flow is not None:
+            return self.flow.resume_state()
+        if self._flow_resume is not None:  # fully asynchronous, between flows (stopped, or not started yet)
+            return self._flow_resume
         ahead = self.ahead.resume_state() if self.ahead is not None else None
         return ahead if ahead is not None else self.sampler.state_dict()
 
     async def drop_rollouts_ahead(self) -> None:
         if self.ahead is not None:
             await self.ahead.drop()
+        if self.flow is not None:  # in-flight samples are dropped; the resume state draws their prompts again
+            state = self.flow.resume_state()
+            await self.flow.close()
+            self.sampler.load_state_dict(state)
+            self._flow_resume, self.flow = state, None
 
     # ================================================================== device sharing (colocate_all)
-    async def sync_for_generation(self) -> dict[str, float]:
+    async def sync_for_generation(self, version: int | None = None) -> dict[str, float]:
         """The verified weight sync, ordered by vLLM's sleep rules (see :mod:`reasonrl.distributed.phases`):
 
         SYNC (roles offloaded, engine weights awake, KV cache asleep, scheduler paused) -> load every bucket and
@@ -338,6 +368,13 @@ class PPOTrainer:
         scheduler running) -> the end-to-end probe, which generates. Under split placement only the sync runs."""
         if self.probe is None:
             self.probe = self.sync_probe()
+        if self.flow is not None:  # fully asynchronous: requests stay in flight, paused between engine steps
+            async with self.flow.paused():
+                syncer = self.weight_syncer()
+                report = await syncer.load(self.probe)
+                flow_metrics = await self.flow.synced(self.global_step if version is None else version)
+                await syncer.verify(self.probe, report)
+            return report.as_metrics() | flow_metrics
         async with self.generator.engines_held():  # multi-turn rollouts launched before the sync end first
             if self.ahead is not None:  # the engines first finish the rollouts queued before this sync (calls run
                 await gather_all([EngineHandle(engine).ready() for engine in self.roles.engines])  # in order)
@@ -426,6 +463,9 @@ class PPOTrainer:
         steps) whose weights generated it."""
         if self.cfg.dump_generations:
             records = batch.records(self.cfg.dump_generations, split="train", policy_version=batch.policy_version)
+            for record, c in zip(records, batch.completions, strict=False):
+                if c.token_versions is not None:  # fully asynchronous: the version that sampled each token
+                    record["token_versions"] = c.token_versions
             self.tracker.dump_generations(step, records)
 
     # ================================================================== checkpoints
@@ -439,6 +479,7 @@ class PPOTrainer:
     def load_trainer_state(self, state: dict[str, Any]) -> None:
         self.global_step = int(state["global_step"])
         self.sampler.load_state_dict(state["sampler"])
+        self._flow_resume = state["sampler"] if "flow_first" in state["sampler"] else None
         self.kl_ctl.value = float(state["kl_ctl"]["value"])
         if self.entropy_ctl is not None and "entropy_ctl" in state:
             for key, value in state["entropy_ctl"].items():
