@@ -7,7 +7,8 @@ Timeline (docs/async.md)::
     trainer:  | wait for B groups | forward | advantages | update | sync |  take B groups | ...
 
 Admission (the staleness bound). With the engines holding weight version v (training steps synced into them), a
-prompt group is started only while ``started <= (v + k + 1) * B + replaced`` (B = ``rollout_batch_size`` groups per
+prompt group is started only while ``started <= (v - v0 + k + 1) * B + replaced`` (v0: the version the flow started
+at, a resumed run's step) (B = ``rollout_batch_size`` groups per
 step, k = ``async_staleness``, ``replaced`` = groups dropped so far, whose places refill). At most ``(k + 1) * B``
 groups are then ahead of training, so a group started at version v is normally trained by step v + k + 1, i.e.
 with weights at most k versions newer than its oldest token. A group whose oldest token would still be more than k
@@ -95,7 +96,7 @@ class ContinuousRollouts:
         self.generator, self.settings, self.sampler = generator, settings, sampler
         self.staleness, self.partial_rollout, self.max_wait_s = staleness, partial_rollout, max_wait_s
         self.engines = generator.engines
-        self.version = 0
+        self.version = self.start_version = 0
         self.counts = FlowCounts()
         self.queued: deque[tuple[int, dict]] = deque()  # drawn, not started: (ordinal, row)
         self.batches: list[tuple[int, dict]] = []  # (first ordinal, sampler state before it) of each draw
@@ -125,9 +126,11 @@ class ContinuousRollouts:
             self.skip = {self.next_ordinal + int(s) for s in resume.get("flow_skip", [])}
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, version: int) -> None:
-        """Start one request pump per engine; the engines hold weight ``version``."""
-        self.version = version
+    async def start(self, version: int) -> None:
+        """Start one request pump per engine; the engines hold weight ``version`` (the trained steps: a resumed
+        run's) from now on, and admission counts from it."""
+        await asyncio.gather(*[engine.flow_set_version(version, self.partial_rollout) for engine in self.engines])
+        self.version = self.start_version = version
         self._resume.set()
         self.admit()
         self.tasks = [asyncio.ensure_future(self._pump(e)) for e in range(len(self.engines))]
@@ -152,7 +155,8 @@ class ContinuousRollouts:
     def allowed(self) -> int:
         """How many groups may have been started at the engines' current version (module docstring)."""
         replaced = self.counts.dropped_stale + self.counts.dropped_filtered
-        return (self.version + self.staleness + 1) * self.settings.rollout_batch_size + replaced
+        syncs = self.version - self.start_version  # this flow's syncs (a resumed run starts at its step)
+        return (syncs + self.staleness + 1) * self.settings.rollout_batch_size + replaced
 
     def _draw(self) -> bool:
         """Queue the sampler's next batch (ordinals in order; those a resumed run already ended skipped)."""
@@ -357,10 +361,12 @@ class ContinuousRollouts:
 
     # ------------------------------------------------------------------ resume
     def _prune(self) -> None:
+        """Forget draws and ended ordinals before the batch holding the oldest open prompt (the resume point)."""
         oldest = self.oldest_open()
-        self.ended = {o for o in self.ended if o >= oldest}
         while len(self.batches) > 1 and self.batches[1][0] <= oldest:
             self.batches.pop(0)
+        first = self.batches[0][0] if self.batches else oldest
+        self.ended = {o for o in self.ended if o >= first}
 
     def oldest_open(self) -> int:
         """The smallest ordinal drawn and not ended (the next one to draw when none is open)."""

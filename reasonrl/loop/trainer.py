@@ -192,7 +192,7 @@ class PPOTrainer:
                 partial_rollout=cfg.partial_rollout,
                 resume=self._flow_resume,
             )
-            self.flow.start(version=self.global_step)
+            await self.flow.start(version=self.global_step)
         if cfg.eval_before_training and self.global_step == 0 and self.eval_sets:
             with self.timed("eval"):
                 self.tracker.log_metrics(0, await self.evaluate())

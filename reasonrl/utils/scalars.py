@@ -146,6 +146,22 @@ SCALARS: tuple[Scalar, ...] = (
         "async/staleness",
         "async_staleness > 0: updates between the weights that generated this step's data and the trained ones",
     ),
+    # fully_async (reasonrl.loop.continuous_rollout): lags in weight versions (training steps)
+    Scalar(
+        "async/version_lag_mean", "fully_async: mean over the step's tokens of (trained version - sampling version)"
+    ),
+    Scalar("async/version_lag_max", "fully_async: largest (trained version - version of a sample's oldest token)"),
+    Scalar("async/engine_idle_frac", "fully_async: share of the engines' wall time since the last step not generating"),
+    Scalar("async/buffer_groups", "fully_async: scored prompt groups left in the buffer after this step took its own"),
+    Scalar("async/groups_drawn", "fully_async: prompt groups drawn since the run (re)started (cumulative)"),
+    Scalar("async/groups_trained", "fully_async: prompt groups trained since the run (re)started (cumulative)"),
+    Scalar(
+        "async/dropped_stale",
+        "fully_async: groups dropped because their oldest token was more than async_staleness versions old",
+    ),
+    Scalar("async/dropped_filtered", "fully_async: groups dropped by dynamic sampling (no reward variance)"),
+    Scalar("async/kept_requests", "fully_async: requests in flight at this step's sync that kept their KV cache"),
+    Scalar("async/recomputed_requests", "fully_async: requests in flight at this step's sync, resubmitted (recompute)"),
     Scalar("time/reward", "reward computation not hidden behind generation (after the last engine returned)"),
     Scalar(
         "time/reward_overlapped",
