@@ -204,18 +204,21 @@ class EngineHandle:
     def __init__(self, actor):
         self.actor = actor
 
-    def generate(self, prompt_ids: Sequence[Sequence[int]], sampling, images=None) -> Awaitable[list[Completion]]:
+    def generate(
+        self, prompt_ids: Sequence[Sequence[int]], sampling, images=None, prompt_max_tokens=None
+    ) -> Awaitable[list[Completion]]:
         """``sampling.n`` completions per prompt (a ``vllm_engine.SamplingConfig``), all at once when done.
-        ``images``: each prompt's images (a vision-language model)."""
-        return self.actor.generate.remote(*_generate_args(prompt_ids, sampling, images))
+        ``images``: each prompt's images (a vision-language model); ``prompt_max_tokens``: each prompt's own
+        response-length cap (rows' ``max_response_tokens``)."""
+        args, kwargs = _generate_args(prompt_ids, sampling, images, prompt_max_tokens)
+        return self.actor.generate.remote(*args, **kwargs)
 
     def generate_stream(
-        self, prompt_ids: Sequence[Sequence[int]], sampling, images=None
+        self, prompt_ids: Sequence[Sequence[int]], sampling, images=None, prompt_max_tokens=None
     ) -> AsyncIterator[list[Completion]]:
         """Like :meth:`generate`, each completion as soon as it is finished (in lists)."""
-        launched = self.actor.generate_stream.options(num_returns="streaming").remote(
-            *_generate_args(prompt_ids, sampling, images)
-        )
+        args, kwargs = _generate_args(prompt_ids, sampling, images, prompt_max_tokens)
+        launched = self.actor.generate_stream.options(num_returns="streaming").remote(*args, **kwargs)
         return _each_part(launched)
 
     def pump(self, requests: Sequence[Any], max_wait_s: float) -> Awaitable[list[tuple[str, Completion]]]:
@@ -249,8 +252,10 @@ class EngineHandle:
         return self.actor.flow_abort.remote()
 
 
-def _generate_args(prompt_ids, sampling, images) -> tuple:
-    return (prompt_ids, sampling) if images is None else (prompt_ids, sampling, images)
+def _generate_args(prompt_ids, sampling, images, prompt_max_tokens=None) -> tuple[tuple, dict]:
+    """The engine call's arguments; the optional ones only when given (stand-in engines need not take them)."""
+    args = (prompt_ids, sampling) if images is None else (prompt_ids, sampling, images)
+    return args, ({} if prompt_max_tokens is None else {"prompt_max_tokens": list(prompt_max_tokens)})
 
 
 async def _each_part(launched) -> AsyncIterator[list[Completion]]:

@@ -164,16 +164,25 @@ class VLLMEngine:
 
     # ---------------------------------------------------------------- generation
     def generate(
-        self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig, images: Sequence | None = None
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        sampling: SamplingConfig,
+        images: Sequence | None = None,
+        prompt_max_tokens: Sequence[int] | None = None,
     ) -> list[Completion]:
         """Sample ``sampling.n`` completions per prompt, returned prompt-major: ``[p0s0, p0s1, ..., p1s0, ...]``.
 
         The same requests as :meth:`generate_stream`, collected: both give identical completions."""
-        completions = [c for part in self.generate_stream(prompt_token_ids, sampling, images) for c in part]
+        parts = self.generate_stream(prompt_token_ids, sampling, images, prompt_max_tokens)
+        completions = [c for part in parts for c in part]
         return sorted(completions, key=lambda c: (c.prompt_index, c.sample_index))
 
     def generate_stream(
-        self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig, images: Sequence | None = None
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        sampling: SamplingConfig,
+        images: Sequence | None = None,
+        prompt_max_tokens: Sequence[int] | None = None,
     ) -> Iterator[list[Completion]]:
         """Sample ``sampling.n`` completions per prompt and yield them as they finish: after every engine step
         that finished any, the list of those (in no fixed order; ``prompt_index`` / ``sample_index`` say which).
@@ -181,6 +190,8 @@ class VLLMEngine:
         ``images[i]``: the images of prompt ``i`` (uint8 ``[H, W, 3]`` arrays or PIL images, in order), for a
         vision-language model: its prompt ids hold one image placeholder token per image, which vLLM expands into
         the image's tokens; the completions' ``prompt_token_ids`` are the expanded ids (what the model saw).
+        ``prompt_max_tokens[i]``: prompt ``i``'s own response-length cap (at most ``sampling.max_tokens``; a data
+        row's ``max_response_tokens``).
 
         One vLLM request per sample (vLLM itself fans ``n > 1`` out into ``n`` requests sharing the prompt's
         cached KV blocks), so each completion is returned the step it finishes. Sample ``j`` of prompt ``i`` is
@@ -206,7 +217,10 @@ class VLLMEngine:
                     seed = None if sampling.seed is None else sampling.seed + i * sampling.n + j
                     request_id = f"reasonrl-{self._requests_started}"
                     self._requests_started += 1
-                    engine.add_request(request_id, engine_input, self._params(sampling, seed), **self._lora_kwargs())
+                    params = self._params(sampling, seed)
+                    if prompt_max_tokens is not None:
+                        params.max_tokens = min(sampling.max_tokens, int(prompt_max_tokens[i]))
+                    engine.add_request(request_id, engine_input, params, **self._lora_kwargs())
                     running[request_id] = (i, j)
             while running and engine.has_unfinished_requests():
                 finished = [out for out in self._step() if out.finished]

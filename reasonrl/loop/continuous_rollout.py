@@ -188,7 +188,7 @@ class ContinuousRollouts:
             self.groups[ordinal] = group
             self.started += 1
             for j in range(s.n_samples_per_prompt):
-                sampling = self.generator.flow_sampling(s.temperature, derive_seed(s.seed, "flow", ordinal, j))
+                sampling = self.generator.flow_sampling(s.temperature, derive_seed(s.seed, "flow", ordinal, j), row)
                 self.outbox[engine].append(FlowRequest(f"{ordinal}/{j}", prompt_ids, sampling))
             self.in_flight[engine] += s.n_samples_per_prompt
             self._work[engine].set()

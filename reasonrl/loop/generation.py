@@ -76,6 +76,20 @@ class GenerationSettings:
         )
 
 
+def row_max_tokens(rows: Sequence[dict | None], generate_max_len: int) -> list[int] | None:
+    """Each row's own response-length cap: its ``max_response_tokens`` (an int >= 1; e.g. a per-prompt budget or a
+    benchmark's long-tailed lengths), at most ``generate_max_len``; None when no row has one (single-turn only)."""
+    if not any(row and row.get("max_response_tokens") is not None for row in rows):
+        return None
+    caps = []
+    for row in rows:
+        cap = (row or {}).get("max_response_tokens")
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ValueError(f"row {(row or {}).get('id', '?')!r}: max_response_tokens={cap!r} must be an int >= 1")
+        caps.append(generate_max_len if cap is None else min(cap, generate_max_len))
+    return caps
+
+
 def model_image_placeholder(model_path) -> str | None:
     """The image placeholder text of a vision-language model's chat template (None for a text model)."""
     from reasonrl.models.vision import image_placeholder, is_vision_model, load_processor
@@ -214,6 +228,7 @@ class Generator:
             ids = prompt_ids[bounds[e] : bounds[e + 1]]
             images = [row.get("images") or [] for row in rows[bounds[e] : bounds[e + 1]]]
             images = images if any(images) else None
+            caps = row_max_tokens(rows[bounds[e] : bounds[e + 1]], s.generate_max_len)
             if self.multi_turn is not None:
                 rows_here = rows[bounds[e] : bounds[e + 1]]
                 times = env_times if env_times is not None else EnvTimes()
@@ -221,15 +236,15 @@ class Generator:
                 parts.append(self.multi_turn.engine_part(engine, rows_here, ids, bounds[e], sampling, times, lock))
                 continue
             if s.stream_rollout:  # launched now, on every engine at once; read as it comes (images: a VLM's)
-                launched = engine.generate_stream(ids, sampling, images)
+                launched = engine.generate_stream(ids, sampling, images, caps)
             else:
-                launched = engine.generate(ids, sampling, images)
+                launched = engine.generate(ids, sampling, images, caps)
             parts.append(_engine_parts(launched, bounds[e], streamed=s.stream_rollout, images=images))
         return parts
 
-    def flow_sampling(self, temperature: float, seed: int):
+    def flow_sampling(self, temperature: float, seed: int, row: dict | None = None):
         """One sample's ``SamplingConfig`` in the fully asynchronous flow (``n = 1``, its own seed, the engine's
-        log-prob of every token: the behaviour policy of decoupled PPO)."""
+        log-prob of every token: the behaviour policy of decoupled PPO; ``row``'s ``max_response_tokens``)."""
         from reasonrl.distributed.vllm_engine import SamplingConfig
 
         s = self.settings
@@ -238,7 +253,7 @@ class Generator:
             temperature=temperature,
             top_p=s.top_p if temperature > 0 else 1.0,
             top_k=s.top_k if temperature > 0 else 0,
-            max_tokens=s.generate_max_len,
+            max_tokens=(row_max_tokens([row], s.generate_max_len) or [s.generate_max_len])[0],
             stop=list(s.stop) or None,
             include_stop_str_in_output=s.include_stop_str_in_output,
             seed=seed,

@@ -256,3 +256,12 @@ def test_closing_the_stream_early_aborts_the_running_requests():
     assert engine.pump([], 0.1) == []  # nothing runs: returns at once
     with pytest.raises(ValueError, match="each turn is one sample"):
         engine.pump([TurnRequest("d", [7], SamplingConfig(n=2))], 0.1)
+
+
+def test_each_prompt_may_cap_its_own_response_length(vllm_engine, tiny_tokenizer):
+    """``prompt_max_tokens``: prompt i's responses end at its own cap (rows' ``max_response_tokens``), never beyond
+    the call's ``max_tokens``."""
+    prompt_ids = [tiny_tokenizer(p).input_ids for p in PROMPTS]
+    sampling = SamplingConfig(n=2, temperature=1.0, max_tokens=12, seed=5, ignore_eos=True)
+    completions = ray.get(vllm_engine.generate.remote(prompt_ids, sampling, None, [3, 40, 7]))
+    assert [len(c.token_ids) for c in completions] == [3, 3, 12, 12, 7, 7]

@@ -62,7 +62,7 @@ class FakeGenerator:
     def encode(self, rows):
         return [[1, 2, row["i"]] for row in rows]
 
-    def flow_sampling(self, temperature, seed):
+    def flow_sampling(self, temperature, seed, row=None):
         return SimpleNamespace(seed=seed)
 
     def score_serialised(self, completions, rows):
