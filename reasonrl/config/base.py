@@ -101,6 +101,9 @@ class BasePPOExpConfig(DerivedValues):
     vllm_gpu_memory_utilization: float = _res(0.85, "fraction of device memory vLLM may use, in (0, 1]")
     vllm_enable_sleep: bool = _res(True, "let vLLM sleep (free weights and KV cache) while models train")
     vllm_max_model_len: int | None = _res(None, "vLLM context length; None = max_prompt_len + generate_max_len")
+    vllm_max_num_seqs: int | None = _res(
+        None, "requests one vLLM engine runs at once (vLLM's max_num_seqs); None = vLLM's default"
+    )
     max_tokens_per_micro_batch: int = _res(
         16384, "token budget of one forward/backward micro-batch (must hold one full prompt + response)"
     )

@@ -295,6 +295,7 @@ def _check_ranges(cfg: BasePPOExpConfig) -> list[str]:
         need(name, getattr(v, name) is None or getattr(v, name) >= 1, "must be >= 1 (or none)")
     for name in ("vllm_max_model_len",):
         need(name, v.vllm_max_model_len is None or v.vllm_max_model_len >= 2, "must be >= 2 tokens (or none)")
+    need("vllm_max_num_seqs", v.vllm_max_num_seqs is None or v.vllm_max_num_seqs >= 1, "must be >= 1 (or none)")
     need(
         "temperature",
         v.temperature > 0 and math.isfinite(v.temperature),

@@ -256,6 +256,7 @@ def start_vllm_engines(cfg: BasePPOExpConfig, placement, stack: contextlib.ExitS
         lora_rank=cfg.lora_rank if cfg.use_lora and cfg.lora_sync == "adapter" else 0,
         lora_versions=1,
         max_images_per_prompt=cfg.max_images_per_prompt if cfg.is_vision_model else 0,
+        extra_engine_kwargs={} if cfg.vllm_max_num_seqs is None else {"max_num_seqs": cfg.vllm_max_num_seqs},
     )
     stack.callback(logged, lambda: _shutdown_engines(engines))
     return engines
