@@ -175,30 +175,12 @@ class EngineHandle:
     Weight loading is the weight syncers' (``weight_sync.WeightSyncer``, ``adapter_sync.AdapterSyncer``), which
     keep the actor calls of their protocol; sleeping and waking are the phase machine's (``phases.PhaseMachine``).
 
-    Pausing mid-generation (the fully asynchronous loop, next): a sync then interrupts the engines instead of
-    waiting for their rollouts to end, loads the new weights and lets the same requests continue, each later token
-    tagged with the new version. None of this works today, so none of it is a method yet:
-
-    * the actor runs one call at a time, and ``generate`` / ``generate_stream`` hold it until their last request
-      ends, so no pause can reach it mid-generation. ``pump`` already steps the engine in slices (``max_wait_s``):
-      between two pumps no engine step runs and the requests stay scheduled with their KV cache, which is what
-      ``pause_generation(mode="keep")`` gives on vLLM 0.32's ``AsyncLLM`` (``EngineCore.pause_scheduler("keep")``
-      underneath; the synchronous ``LLM`` front end has no pause of its own);
-    * a sync resets the prefix cache after loading (``VLLMEngine.reset_prefix_cache``), which vLLM refuses while
-      requests are in flight; kept requests need that reset skipped or deferred (their KV cache was computed by
-      the old weights: recompute it, or accept it as the off-policy part the rollout correction measures).
-
-    The handle will need (on a single-turn engine that generates by pumping, or on ``AsyncLLM``)::
-
-        async def pause(self, mode: Literal["keep", "abort", "wait"] = "keep") -> None
-            # "keep": running requests stay scheduled with their KV cache, no new engine step starts
-            # "abort": they end now, returned as partial completions; "wait": they run to the end first
-        async def load_weights(self, version: int, ...) -> None   # the syncer's buckets, checked exactly, paused
-        async def resume(self) -> None                            # the kept requests continue on the new weights
-        def weight_version(self) -> int                           # the version each generated token is tagged with
-
-    and every ``Completion`` token its sampling version (a field ``dataplane.completion`` does not have yet), so
-    the loss can tell the behaviour log-probs of each token apart.
+    Pausing mid-generation (``fully_async``, docs/async.md): the ``flow_*`` calls keep requests in the engine
+    across weight syncs. ``flow_step`` adds requests and steps the engine for a slice; between two calls no engine
+    step runs on an in-process engine (``flow_pause`` pauses a multiprocess engine core's scheduler, keeping its
+    requests and KV cache), so a sync loads the new weights between engine steps, and ``flow_set_version`` then
+    tags every later token with the new version and keeps or recomputes the requests in flight. Every completion
+    of the flow carries ``token_versions``.
     """
 
     def __init__(self, actor):
