@@ -19,11 +19,17 @@ from reasonrl.distributed.flow_requests import PARTIAL_ROLLOUT_MODES, FlowBook, 
 
 class EngineFlow:
     """Fully asynchronous rollouts on one engine (see the module docstring). The host class provides ``llm``,
-    ``residency``, ``in_process``, ``_requests_started``, ``_lora_kwargs()`` and ``_add_flow_request()``, and sets
-    ``_flow = FlowBook()`` and ``weight_version = 0`` in its ``__init__``."""
+    ``residency``, ``in_process``, ``_requests_started``, ``_lora_kwargs()`` and ``_add_flow_request()``."""
 
-    _flow: FlowBook
     weight_version: int = 0
+
+    @property
+    def _flow(self) -> FlowBook:
+        """This engine's flow requests (made on first use: stand-in engines built without ``__init__`` have one)."""
+        book = self.__dict__.get("_flow_book")
+        if book is None:
+            book = self.__dict__["_flow_book"] = FlowBook()
+        return book
 
     def _step(self) -> list:
         """One engine step; the flow's requests' outputs go to their :class:`FlowBook` (tagged with the weight
@@ -56,8 +62,12 @@ class EngineFlow:
         return others
 
     def _foreign_requests(self) -> int:
-        """Requests in the engine that are not the flow's (another call's, still running)."""
-        return self.llm.llm_engine.get_num_unfinished_requests() - len(self._flow)
+        """Requests in the engine that are not the flow's (another call's, still running); without flow requests,
+        whether the engine has any (1 or 0)."""
+        engine = self.llm.llm_engine
+        if not self._flow.running:
+            return int(engine.has_unfinished_requests())
+        return engine.get_num_unfinished_requests() - len(self._flow)
 
     def _cache_salt(self) -> str | None:
         """Once the flow runs, every request's prefix-cache blocks are salted with the weight version: a sync then

@@ -28,7 +28,7 @@ from loguru import logger
 from reasonrl.dataplane.completion import Completion, TurnRequest
 from reasonrl.distributed.engine_flow import EngineFlow
 from reasonrl.distributed.engine_residency import EngineResidency
-from reasonrl.distributed.flow_requests import FlowBook, FlowRequest
+from reasonrl.distributed.flow_requests import FlowRequest
 from reasonrl.distributed.platform import apply_runtime_env, placed_device
 from reasonrl.distributed.vllm_worker_extension import WeightBroadcastReceiver
 from reasonrl.models.vision import media_token_ids, read_config
@@ -154,7 +154,6 @@ class VLLMEngine(EngineFlow):
         self.tokenizer = self.llm.get_tokenizer()
         self._requests_started = 0  # request ids of generate_stream are unique for the engine's lifetime
         self._pumped: dict[str, tuple[str, bool]] = {}  # request id -> (caller's key, logprobs?) of pump()'s requests
-        self._flow = FlowBook()  # fully asynchronous rollouts: requests that stay in the engine across syncs
         self.weight_version = 0  # training steps whose weights the engine holds (flow_set_version); tags tokens
         self.residency = EngineResidency()  # sleep state, kept (and enforced) on every platform
         self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
