@@ -64,6 +64,17 @@ def test_good_configs_validate():
     ).validate(cluster_resources={"CPU": 16.0})  # 16 CPU bundles: more than a local Ray on a small machine has
     good(pretrain="smollm2", generate_max_len=4096).validate()
     good(dual_clip_c=3.0, clip_eps_high=0.28, dynamic_sampling=True, overlong_buffer_len=128).validate()
+    split = {"cluster_resources": {"CPU": 64.0}}  # split placement: a bundle per role and engine
+    good(
+        fully_async=True, async_staleness=4, colocate_all=False, rollout_correction="token_tis", dynamic_sampling=True
+    ).validate(**split)
+    good(
+        fully_async=True,
+        async_staleness=2,
+        colocate_all=False,
+        rollout_correction="token_tis",
+        partial_rollout="recompute",
+    ).validate(**split)
 
 
 def test_good_config_with_model_folder_and_cluster(tmp_path):
@@ -108,6 +119,54 @@ BAD_CONFIGS = [
         dict(async_staleness=1, colocate_all=False, dynamic_sampling=True, advantage_estimator="grpo"),
         r"async_staleness=1 with dynamic_sampling refills.*use async_staleness=0",
         ["async_staleness", "dynamic_sampling"],
+    ),
+    (
+        "fully-async-no-staleness",
+        dict(fully_async=True, colocate_all=False, rollout_correction="token_tis"),
+        r"fully_async=true needs async_staleness >= 1",
+        ["fully_async"],
+    ),
+    (
+        "fully-async-colocated",
+        dict(fully_async=True, async_staleness=2, rollout_correction="token_tis"),
+        r"fully_async=true with colocate_all=true.*set colocate_all=false",
+        ["fully_async"],
+    ),
+    (
+        "fully-async-no-logprobs",
+        dict(fully_async=True, async_staleness=2, colocate_all=False),
+        r"fully_async=true needs the engines' per-token log-probs.*set rollout_correction=token_tis",
+        ["fully_async"],
+    ),
+    (
+        "fully-async-mode",
+        dict(
+            fully_async=True,
+            async_staleness=2,
+            colocate_all=False,
+            rollout_correction="token_tis",
+            partial_rollout="drop",
+        ),
+        r"partial_rollout='drop': must be one of \['keep', 'recompute'\]",
+        ["partial_rollout"],
+    ),
+    (
+        "fully-async-multi-turn",
+        dict(fully_async=True, async_staleness=2, colocate_all=False, rollout_correction="token_tis", env_fn="tools"),
+        r"fully_async=true does not support env_fn yet \(multi-turn.*set fully_async=false",
+        ["fully_async"],
+    ),
+    (
+        "fully-async-remax",
+        dict(
+            fully_async=True,
+            async_staleness=2,
+            colocate_all=False,
+            rollout_correction="token_tis",
+            advantage_estimator="remax",
+        ),
+        r"fully_async=true does not support advantage_estimator=remax yet",
+        ["fully_async"],
     ),
     ("correction-bounds", dict(rollout_correction_upper=0.5), r"rollout_correction_upper=0.5: must be >= 1", []),
     (
