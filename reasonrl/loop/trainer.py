@@ -207,6 +207,8 @@ class PPOTrainer:
                 except StepAbandoned as where:
                     await self.drop_rollouts_ahead()
                     self.sampler.load_state_dict(sampler_state)  # the abandoned step's prompts come again on resume
+                    if cfg.fully_async:  # the groups the step took count as not trained: drawn again on resume
+                        self._flow_resume = sampler_state
                     step = self.global_step + 1
                     logger.warning(f"stop requested during {where}: step {step} abandoned, nothing kept")
                     break
