@@ -6,14 +6,17 @@ Timeline (docs/async.md)::
                          ^ pause | load | probe | resume (a sync: requests in flight kept or recomputed)
     trainer:  | wait for B groups | forward | advantages | update | sync |  take B groups | ...
 
-Admission (the staleness bound). With the engines holding weight version v (training steps synced into them), a
-prompt group is started only while ``started <= (v - v0 + k + 1) * B + replaced`` (v0: the version the flow started
-at, a resumed run's step) (B = ``rollout_batch_size`` groups per
-step, k = ``async_staleness``, ``replaced`` = groups dropped so far, whose places refill). At most ``(k + 1) * B``
-groups are then ahead of training, so a group started at version v is normally trained by step v + k + 1, i.e.
-with weights at most k versions newer than its oldest token. A group whose oldest token would still be more than k
-versions old when the trainer takes it (a long-tail response that stayed in flight) is dropped and counted
-(``async/dropped_stale``), never trained.
+Admission (the staleness bound, and one step of work ahead). With the engines holding weight version v (training
+steps synced into them; v0 the version the flow started at, a resumed run's step), a prompt group is started only
+while ``started <= (v - v0 + k + 1) * B + replaced`` (B = ``rollout_batch_size`` groups per step, k =
+``async_staleness``, ``replaced`` = groups dropped so far, whose places refill). At most ``(k + 1) * B`` groups are
+then ahead of training, so a group started at version v is normally trained by step v + k + 1, with weights at most
+k versions newer than its oldest token. And no group starts while a whole step's batch is already scored and
+waiting (ready groups plus groups started on the current weights: one step's batch at most, two while the trainer
+waits for its batch): when generation outpaces training the engines stay one step ahead (data one version old),
+not k, and a straggler never holds the trainer. A group
+whose oldest token would still be more than k versions old when the trainer takes it (a long-tail response that
+stayed in flight) is dropped and counted (``async/dropped_stale``), never trained.
 
 Every response token carries the version that sampled it (``Completion.token_versions``), and the engines' per-token
 log-probs are the behaviour policy of decoupled PPO (docs/algorithms.md): the loss needs no other change.
@@ -52,6 +55,7 @@ class FlowGroup:
     row: dict
     prompt_ids: list[int]
     engine: int
+    version: int = 0  # the engines' weight version when it started
     completions: dict[int, Completion] = dataclasses.field(default_factory=dict)
     results: list | None = None
 
@@ -114,6 +118,7 @@ class ContinuousRollouts:
         self.failure: BaseException | None = None
         self.closing = False
         self.exhausted = False
+        self.trainer_waiting = False  # inside take(), waiting for the batch
         self._resume = asyncio.Event()
         self._changed = asyncio.Event()  # ready groups, a failure, a drop: the trainer looks again
         self._work = [asyncio.Event() for _ in self.engines]
@@ -174,9 +179,11 @@ class ContinuousRollouts:
         return True
 
     def admit(self) -> None:
-        """Start queued groups while admission allows, each on the engine with the fewest samples in flight."""
+        """Start queued groups while admission allows, each on the engine with the fewest samples in flight.
+
+        Two bounds: the staleness bound (:meth:`allowed`), and the work ahead (:meth:`has_room`)."""
         s = self.settings
-        while self.started < self.allowed():
+        while self.started < self.allowed() and self.has_room():
             if not self.queued and (self.exhausted or not self._draw()):
                 return
             if not self.queued:
@@ -184,7 +191,7 @@ class ContinuousRollouts:
             ordinal, row = self.queued.popleft()
             (prompt_ids,) = self.generator.encode([row])
             engine = min(range(len(self.engines)), key=lambda e: self.in_flight[e])
-            group = FlowGroup(ordinal, row, prompt_ids, engine)
+            group = FlowGroup(ordinal, row, prompt_ids, engine, version=self.version)
             self.groups[ordinal] = group
             self.started += 1
             for j in range(s.n_samples_per_prompt):
@@ -192,6 +199,17 @@ class ContinuousRollouts:
                 self.outbox[engine].append(FlowRequest(f"{ordinal}/{j}", prompt_ids, sampling))
             self.in_flight[engine] += s.n_samples_per_prompt
             self._work[engine].set()
+
+    def has_room(self) -> bool:
+        """Whether the work ahead of the trainer leaves room for another group: the ready groups plus those started
+        on the current weights stay under one step's batch (the next one, generated while the trainer trains).
+        Groups still in flight from older versions (the long tail) do not count, and while the trainer waits for its
+        batch a second step's worth may start, so a straggler of the current weights does not make the trainer wait
+        for it as a synchronous step would. When generation outpaces training, this keeps the
+        engines one step ahead (data one version old) instead of k steps ahead (k versions old)."""
+        current = sum(g.version == self.version for g in self.groups.values())
+        ahead = self.settings.rollout_batch_size * (2 if self.trainer_waiting else 1)
+        return len(self.ready) + current < ahead
 
     # ------------------------------------------------------------------ the pumps
     async def _pump(self, e: int) -> None:
@@ -314,7 +332,12 @@ class ContinuousRollouts:
             if self.exhausted and not self.queued and not self.groups:
                 break
             self._changed.clear()
-            await self._changed.wait()
+            self.trainer_waiting = True
+            self.admit()
+            try:
+                await self._changed.wait()
+            finally:
+                self.trainer_waiting = False
         if not self.ready:
             return None
         self.ready.sort(key=lambda g: g.ordinal)
@@ -328,6 +351,7 @@ class ContinuousRollouts:
             self._end(group.ordinal)
             self.counts.trained += 1
         self._prune()
+        self.admit()  # the buffer has room again
         waited = time.perf_counter() - start
         return batch, self.metrics(batch, trainer_version, waited)
 

@@ -244,8 +244,9 @@ def test_syncs_report_the_requests_in_flight_by_mode():
         return m
 
     keep, recompute = asyncio.run(run("keep")), asyncio.run(run("recompute"))
-    assert keep["async/kept_requests"] == 8 and keep["async/recomputed_requests"] == 0  # (0 + 1 + 1) * 2 groups x 2
-    assert recompute["async/recomputed_requests"] == 8 and recompute["async/kept_requests"] == 0
+    # one step's batch was started (B = 2 groups x 2 samples) and is still in flight at the sync
+    assert keep["async/kept_requests"] == 4 and keep["async/recomputed_requests"] == 0
+    assert recompute["async/recomputed_requests"] == 4 and recompute["async/kept_requests"] == 0
 
 
 def test_staleness_zero_is_refused():
@@ -280,3 +281,26 @@ def test_seeds_depend_on_the_prompt_not_on_timing():
     b = asyncio.run(run(lambda k: 5 if k.endswith("/1") else 1))
     common = set(a) & set(b)
     assert len(common) >= 8 and all(a[k] == b[k] for k in common)
+
+
+def test_when_generation_outpaces_training_the_engines_stay_one_step_ahead_not_k():
+    """The buffer holds one step's batch: with instant generation and k = 4, no group starts while a whole batch
+    waits, so every trained sample is at most one version old (without the buffer bound they would be 4)."""
+
+    async def run():
+        engine = ScriptedEngine(lambda key: 1)
+        flow = ContinuousRollouts(
+            FakeGenerator([engine]), _settings(), PromptSampler(ROWS, 2, seed=0), staleness=4, partial_rollout="keep"
+        )
+        await flow.start(version=0)
+
+        async def slow_training(step):
+            while flow.groups:  # training outlasts generation: the engine finishes all it may start meanwhile
+                await asyncio.sleep(0)
+            assert len(flow.ready) <= 2  # one step's batch ahead (B = 2)
+
+        batches = await _train(flow, 6, slow_training)
+        assert max(m["async/version_lag_max"] for _, m in batches) == 1
+        await flow.close()
+
+    asyncio.run(run())
