@@ -22,6 +22,7 @@ class SamplingLimits:
     temperature: float
     top_p: float
     max_tokens: int  # the session's token budget (``generate_max_len``): model and observation tokens together
+    max_prompt_tokens: int | None = None  # a first (or forked) request rendered longer is a 400 (``prompt_max_len``)
 
 
 @dataclasses.dataclass(frozen=True)
