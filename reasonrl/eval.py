@@ -73,6 +73,8 @@ class EvalConfig(BasePPOExpConfig):
         problems += data_source_problems(dataclasses.replace(self, train_data=[]), required=False)
         if self.reward_fn is not None:
             problems += v._reward_fn_problems(self.reward_fn)
+        if self.agent_fn is not None:
+            problems += v._agent_fn_problems(self.agent_fn)
         problems += consistency.eval_sampling_problems(self) + consistency.engine_length_problems(self)
         if not self.out_dir.strip():
             problems.append("out_dir is empty: give the folder for generations.jsonl, summary.json and samples.html")
@@ -243,6 +245,8 @@ def write_outputs(out_dir: Path, cfg: EvalConfig, summaries: dict[str, dict], re
             "prompt_template",
             "reward_fn",
             "env_fn",
+            "agent_fn",
+            "agent_reward",
             "tools",
             "max_turns",
             "top_p",
@@ -271,7 +275,10 @@ class Evaluator:
     async def evaluate_set(self, name: str, rows: list[dict]) -> tuple[dict, list[dict]]:
         """``(summary, records)`` of one eval set, generated, scored and seeded exactly as the trainer's in-loop
         eval (:func:`reasonrl.loop.evaluation.eval_set`)."""
-        scored = await eval_set(self.generator, self.eval_settings, name, rows)
+        try:
+            scored = await eval_set(self.generator, self.eval_settings, name, rows)
+        finally:
+            await self.generator.aclose()  # the agent gateway (agent_fn) lives in this set's event loop
         correct, keys = scored.per_prompt()
         summary = eval_summary(correct, keys, self.cfg.eval_n_samples)
         prompts = [self.template.render(row) for row in scored.rows]
@@ -322,6 +329,12 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
         problems = environment_problems(cfg.env_fn, cfg.tools, tokenizer)
         if problems:
             raise ConfigError(problems, title="multi-turn rollouts cannot start")
+    if cfg.agent_fn is not None:  # agent eval: the agent function imports, the chat template, before Ray
+        from reasonrl.loop.agent_rollout import agent_problems
+
+        problems = agent_problems(cfg.agent_fn, tokenizer)
+        if problems:
+            raise ConfigError(problems, title="agent rollouts cannot start")
     summaries: dict[str, dict] = {}
     records: list[dict] = []
     with contextlib.ExitStack() as stack:

@@ -64,6 +64,7 @@ def test_good_configs_validate():
     ).validate(cluster_resources={"CPU": 16.0})  # 16 CPU bundles: more than a local Ray on a small machine has
     good(pretrain="smollm2", generate_max_len=4096).validate()
     good(dual_clip_c=3.0, clip_eps_high=0.28, dynamic_sampling=True, overlong_buffer_len=128).validate()
+    good(agent_fn="reasonrl/agents/agent_fn.py:load_agent_fn", agent_reward="verifier", agent_concurrency=8).validate()
     split = {"cluster_resources": {"CPU": 64.0}}  # split placement: a bundle per role and engine
     good(
         fully_async=True, async_staleness=4, colocate_all=False, rollout_correction="token_tis", dynamic_sampling=True
@@ -155,6 +156,54 @@ BAD_CONFIGS = [
         dict(fully_async=True, async_staleness=2, colocate_all=False, rollout_correction="token_tis", env_fn="tools"),
         r"fully_async=true does not support env_fn yet \(multi-turn.*set fully_async=false",
         ["fully_async"],
+    ),
+    (
+        "agent-fn-missing-file",
+        dict(agent_fn="no/such_agent.py:run"),
+        r"agent_fn='no/such_agent.py:run': file 'no/such_agent.py' does not exist",
+        ["agent_fn"],
+    ),
+    (
+        "agent-fn-names-a-class",
+        dict(agent_fn="reasonrl/agents/tool_env.py:ToolEnvironment"),
+        r"ToolEnvironment is a class; agent_fn must name a function run\(row, endpoint\)",
+        ["agent_fn"],
+    ),
+    (
+        "agent-fn-no-such-function",
+        dict(agent_fn="reasonrl/agents/agent_fn.py:runn"),
+        r"defines no 'runn'.*the part after ':' must name a function defined there",
+        ["agent_fn"],
+    ),
+    (
+        "agent-fn-and-env-fn",
+        dict(agent_fn="reasonrl/agents/agent_fn.py:load_agent_fn", env_fn="tools"),
+        r"agent_fn=.* and env_fn='tools' both set.*set one of them to none",
+        ["agent_fn", "env_fn"],
+    ),
+    (
+        "agent-fn-remax",
+        dict(agent_fn="reasonrl/agents/agent_fn.py:load_agent_fn", advantage_estimator="remax", critic_num_nodes=0),
+        r"agent_fn with advantage_estimator='remax': its greedy baseline would run every agent program a second",
+        ["agent_fn", "remax"],
+    ),
+    (
+        "agent-fn-fully-async",
+        dict(
+            agent_fn="reasonrl/agents/agent_fn.py:load_agent_fn",
+            fully_async=True,
+            async_staleness=2,
+            colocate_all=False,
+            rollout_correction="token_tis",
+        ),
+        r"fully_async=true does not support agent_fn yet \(agent sessions use the engines' turn pump",
+        ["fully_async", "agent_fn"],
+    ),
+    (
+        "agent-settings",
+        dict(agent_concurrency=0, agent_timeout_s=0.0, agent_reward="judge"),
+        r"agent_concurrency.*must be >= 1.*agent_timeout_s.*must be > 0.*agent_reward.*\['agent', 'verifier', 'both'\]",
+        ["agent_concurrency", "agent_timeout_s", "agent_reward"],
     ),
     (
         "fully-async-remax",

@@ -289,6 +289,28 @@ class BasePPOExpConfig(DerivedValues):
         "multi-turn: compare every sample with a one-piece re-render of its conversation by the chat template and "
         "warn at the first differing token (a check mode: the rollout never re-tokenises)",
     )
+    agent_fn: str | None = _rol(
+        None,
+        "agent programs written with any framework (docs/agents.md): file.py:run / package.module:run, a function "
+        "run(row, endpoint) -> AgentResult (async, or sync run in a thread) that talks to its sample's "
+        "OpenAI-compatible endpoint; every model turn is the engine's tokens. Exclusive with env_fn; None = off",
+    )
+    agent_concurrency: int = _rol(64, "agent_fn: how many agent functions run at once on the driver (all engines)")
+    agent_timeout_s: float = _rol(
+        300.0,
+        "agent_fn: deadline of one agent function call; past it its session is closed and the sample ends with "
+        "what it has (trained as it stands, counted in agent/timeouts)",
+    )
+    agent_reward: str = _rol(
+        "both",
+        "agent_fn: a sample's reward: 'agent' (the AgentResult's reward; None counts 0), 'verifier' (the row's "
+        "scorer on the final answer, its data_source) or 'both' (their sum)",
+    )
+    agent_gateway_host: str = _rol(
+        "127.0.0.1",
+        "agent_fn: the address the agent gateway listens on (port chosen free); keep it where only the run's agent "
+        "functions can reach it (every session also has its own secret key)",
+    )
     forward_chunk_tokens: int | None = _rol(
         None,
         "most tokens (prompt + response) in one chunk of a step's forward passes, cut in sample order whether "

@@ -87,6 +87,7 @@ def _check_algorithm(cfg: BasePPOExpConfig) -> list[str]:
                 f"[entropy_coef_min, entropy_coef_max] = [{lo}, {hi}]: move it inside"
             )
     problems += fully_async_problems(cfg)
+    problems += agent_fn_problems(cfg)
     if cfg.async_staleness > 0 and not cfg.fully_async and (cfg.dynamic_sampling or cfg.advantage_estimator == "remax"):
         extra = "dynamic_sampling refills" if cfg.dynamic_sampling else "remax's greedy baseline rollouts"
         problems.append(
@@ -134,6 +135,7 @@ def fully_async_problems(cfg: BasePPOExpConfig) -> list[str]:
     # (a vision-language model is refused where the model is known: reasonrl.run.vision_check)
     unsupported = {
         "env_fn": (cfg.env_fn is not None, "multi-turn episodes use the engines' turn pump, not the flow"),
+        "agent_fn": (cfg.agent_fn is not None, "agent sessions use the engines' turn pump, not the flow"),
         "advantage_estimator=remax": (
             cfg.advantage_estimator == "remax",
             "its greedy baseline rollouts would run outside the flow, on other weights",
@@ -146,6 +148,31 @@ def fully_async_problems(cfg: BasePPOExpConfig) -> list[str]:
     for name, (present, why) in unsupported.items():
         if present:
             problems.append(f"fully_async=true does not support {name} yet ({why}); set fully_async=false")
+    return problems
+
+
+def agent_fn_problems(cfg: BasePPOExpConfig) -> list[str]:
+    """What ``agent_fn`` (docs/agents.md) cannot be combined with, and why (fully_async is refused with the flow's
+    other limits, a vision-language model where the model is known: ``reasonrl.run.vision_check``)."""
+    if cfg.agent_fn is None:
+        return []
+    problems = []
+    if cfg.env_fn is not None:
+        problems.append(
+            f"agent_fn={cfg.agent_fn!r} and env_fn={cfg.env_fn!r} both set: a sample is either an agent program's "
+            "session or an environment's episode; set one of them to none"
+        )
+    if cfg.advantage_estimator == "remax":
+        problems.append(
+            "agent_fn with advantage_estimator='remax': its greedy baseline would run every agent program a second "
+            "time per prompt (its tools and side effects twice, on a trajectory that is never trained); use grpo, "
+            "rloo or gae"
+        )
+    if cfg.check_retokenize:
+        problems.append(
+            "check_retokenize=true compares env_fn episodes with a one-piece render; with agent_fn the gateway keeps "
+            "the engine's tokens and forks instead of re-rendering (docs/agents.md): set check_retokenize=false"
+        )
     return problems
 
 

@@ -28,6 +28,7 @@ DEVICES = ("auto", "cpu", "gpu")
 RESUME_MODES = ("auto", "none")  # or the path of a checkpoint directory
 ATTN_IMPLEMENTATIONS = ("auto", "flash_attention_2", "sdpa", "eager")
 ZERO_STAGES = (0, 1, 2, 3)
+AGENT_REWARD_MODES = ("agent", "verifier", "both")  # mirror of reasonrl.loop.agent_rollout.AGENT_REWARD_MODES
 PARTIAL_ROLLOUT_MODES = ("keep", "recompute")  # mirror of reasonrl.distributed.flow_requests.PARTIAL_ROLLOUT_MODES
 # Mirrors of reasonrl.distributed.weight_sync.TRANSPORTS / VERIFY_SOURCES, plus "auto".
 SYNC_TRANSPORTS = ("auto", "broadcast", "ipc", "object_store")

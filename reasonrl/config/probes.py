@@ -50,63 +50,110 @@ def _env_fn_problems(spec: str) -> list[str]:
     form, the file or module exists, the file compiles, it defines the name, and a class defined there (with its
     bases in the same file) has ``reset`` and ``step``. What needs the import (a factory's result, a class with a
     base from elsewhere) is checked before Ray starts by ``reasonrl.agents.loading.env_fn_problems``."""
-    import difflib
-
-    from reasonrl.utils.pysource import module_source, read_definitions
-
     spec = spec.strip()
     if spec == "tools":
         return []
-    target, sep, attr = spec.rpartition(":")
-    if not sep or not target or not attr:
-        return [f"env_fn={spec!r} is not a spec: {_ENV_FORMS}"]
-    if not all(part.isidentifier() for part in attr.split(".")):
-        return [f"env_fn={spec!r}: {attr!r} is not a Python name: {_ENV_FORMS}"]
-    if target.endswith(".py") or "/" in target or os.sep in target:
-        path = Path(target).expanduser()
-        if not path.is_file():
-            return [
-                f"env_fn={spec!r}: file {str(path)!r} does not exist (current directory {os.getcwd()}): fix the path "
-                f"(relative paths start at the directory you run from); {_ENV_FORMS}"
-            ]
-        if path.suffix != ".py":
-            return [f"env_fn={spec!r}: {str(path)!r} is not a .py file; {_ENV_FORMS}"]
-        where = repr(str(path))
-    else:
-        found, path = module_source(target)
-        if not found:
-            return [
-                f"env_fn={spec!r}: module {target.split('.')[0]!r} is not importable from here: use "
-                "'package.module:Name' for an importable module or 'path/to/file.py:Name' for a file"
-            ]
-        if path is None:  # compiled, namespace or found by a custom finder: checked when it is imported
-            return []
-        where = f"module {target!r} ({path})"
-    try:
-        defs = read_definitions(path)
-    except SyntaxError as exc:
-        return [
-            f"env_fn={spec!r}: {where} does not compile (SyntaxError: {exc.msg}, line {exc.lineno}): fix the error "
-            "in that file (it is imported before the run starts)"
-        ]
-    except (OSError, ValueError) as exc:  # unreadable, not UTF-8 without a coding line, null bytes
-        return [f"env_fn={spec!r}: {where} cannot be read as Python ({type(exc).__name__}: {exc})"]
+    problems, defs, attr = _spec_source_problems("env_fn", spec, _ENV_FORMS, "a class or factory")
+    if problems or defs is None:
+        return problems
     name = attr.split(".")[0]
-    if defs.defines(name) is False:
-        listing = defs.listing()
-        close = difflib.get_close_matches(name, listing, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        defined = f"classes and functions defined there: {listing}" if listing else "it defines no class or function"
-        return [
-            f"env_fn={spec!r}: {where} defines no {name!r}; {hint}{defined}; the part after ':' must name a class "
-            "or factory defined there"
-        ]
     attributes = defs.class_attributes(name) if name == attr else None
     if attributes is not None:
         missing = [m for m in ("reset", "step") if m not in attributes]
         if missing:
             return [f"env_fn={spec!r}: the class {name} has no callable {' or '.join(missing)}; {_ENV_NEEDS}"]
     return []
+
+
+_AGENT_FORMS = "agent_fn takes 'path/to/file.py:function' or 'package.module:function', a function run(row, endpoint)"
+
+
+def _agent_fn_problems(spec: str) -> list[str]:
+    """What can be told of ``agent_fn=spec`` without importing anything: the spec's form, the file or module exists,
+    the file compiles and defines the name, and that name is not a class of the file (an agent is a function
+    ``run(row, endpoint)``). The import and the signature are checked before Ray starts by
+    ``reasonrl.agents.agent_fn.agent_fn_problems``."""
+    spec = spec.strip()
+    problems, defs, attr = _spec_source_problems("agent_fn", spec, _AGENT_FORMS, "a function")
+    if problems or defs is None:
+        return problems
+    if attr in defs.classes:
+        return [
+            f"agent_fn={spec!r}: {attr} is a class; agent_fn must name a function run(row, endpoint) (one call per "
+            "sample, docs/agents.md); write a function that builds and runs your agent"
+        ]
+    return []
+
+
+def _spec_source_problems(field: str, spec: str, forms: str, kind: str):
+    """``(problems, definitions or None, the name after ':')`` of a ``file.py:Name`` / ``module:Name`` spec of
+    ``field``, read with ``ast``: its form, the file or module exists, it compiles and defines the name. The
+    definitions are None when they cannot be read without importing (or when there are problems)."""
+    import difflib
+
+    from reasonrl.utils.pysource import module_source, read_definitions
+
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr:
+        return [f"{field}={spec!r} is not a spec: {forms}"], None, attr
+    if not all(part.isidentifier() for part in attr.split(".")):
+        return [f"{field}={spec!r}: {attr!r} is not a Python name: {forms}"], None, attr
+    if target.endswith(".py") or "/" in target or os.sep in target:
+        path = Path(target).expanduser()
+        if not path.is_file():
+            return (
+                [
+                    f"{field}={spec!r}: file {str(path)!r} does not exist (current directory {os.getcwd()}): fix the "
+                    f"path (relative paths start at the directory you run from); {forms}"
+                ],
+                None,
+                attr,
+            )
+        if path.suffix != ".py":
+            return [f"{field}={spec!r}: {str(path)!r} is not a .py file; {forms}"], None, attr
+        where = repr(str(path))
+    else:
+        found, path = module_source(target)
+        if not found:
+            return (
+                [
+                    f"{field}={spec!r}: module {target.split('.')[0]!r} is not importable from here: use "
+                    "'package.module:Name' for an importable module or 'path/to/file.py:Name' for a file"
+                ],
+                None,
+                attr,
+            )
+        if path is None:  # compiled, namespace or found by a custom finder: checked when it is imported
+            return [], None, attr
+        where = f"module {target!r} ({path})"
+    try:
+        defs = read_definitions(path)
+    except SyntaxError as exc:
+        return (
+            [
+                f"{field}={spec!r}: {where} does not compile (SyntaxError: {exc.msg}, line {exc.lineno}): fix the "
+                "error in that file (it is imported before the run starts)"
+            ],
+            None,
+            attr,
+        )
+    except (OSError, ValueError) as exc:  # unreadable, not UTF-8 without a coding line, null bytes
+        return [f"{field}={spec!r}: {where} cannot be read as Python ({type(exc).__name__}: {exc})"], None, attr
+    name = attr.split(".")[0]
+    if defs.defines(name) is False:
+        listing = defs.listing()
+        close = difflib.get_close_matches(name, listing, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        defined = f"classes and functions defined there: {listing}" if listing else "it defines no class or function"
+        return (
+            [
+                f"{field}={spec!r}: {where} defines no {name!r}; {hint}{defined}; the part after ':' must name "
+                f"{kind} defined there"
+            ],
+            None,
+            attr,
+        )
+    return [], defs, attr
 
 
 def _folder_problems(name: str, value: str, exp_name: str) -> list[str]:

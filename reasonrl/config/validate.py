@@ -26,6 +26,7 @@ from reasonrl.config.errors import ConfigError, _close
 from reasonrl.config.model_paths import MODEL_FIELDS, uncached_hub_note
 from reasonrl.config.names import (
     ADVANTAGE_ESTIMATOR_NAMES,
+    AGENT_REWARD_MODES,
     AGG_MODE_NAMES,
     ATTN_IMPLEMENTATIONS,
     DEVICES,
@@ -42,6 +43,7 @@ from reasonrl.config.names import (
 )
 from reasonrl.config.probes import (
     _HOW_TO_PROVIDE_MODEL,
+    _agent_fn_problems,
     _env_fn_problems,
     _folder_problems,
     _model_problems,
@@ -228,6 +230,8 @@ def _check_data(cfg: BasePPOExpConfig, deep: bool = True, data_checks: DataCheck
         problems += _reward_fn_problems(cfg.reward_fn)
     if cfg.env_fn is not None and cfg.env_fn.strip():  # read with ast: refused before torch or the tokenizer load
         problems += _env_fn_problems(cfg.env_fn)
+    if cfg.agent_fn is not None and cfg.agent_fn.strip():  # read with ast too: the import comes before Ray
+        problems += _agent_fn_problems(cfg.agent_fn)
     return problems
 
 
@@ -368,6 +372,13 @@ def _check_ranges(cfg: BasePPOExpConfig) -> list[str]:
     need("max_observation_tokens", v.max_observation_tokens >= 8, "must be >= 8 tokens")
     need("env_step_timeout_s", v.env_step_timeout_s > 0, "must be > 0 seconds")
     need("env_fn", v.env_fn is None or v.env_fn.strip() != "", "must be 'tools', file.py:Name, module:Name or none")
+    need(
+        "agent_fn", v.agent_fn is None or v.agent_fn.strip() != "", "must be file.py:function, module:function or none"
+    )
+    need("agent_concurrency", v.agent_concurrency >= 1, "must be >= 1 agent function at once")
+    need("agent_timeout_s", v.agent_timeout_s > 0, "must be > 0 seconds")
+    need("agent_reward", v.agent_reward in AGENT_REWARD_MODES, f"must be one of {list(AGENT_REWARD_MODES)}")
+    need("agent_gateway_host", bool(v.agent_gateway_host.strip()), "must be an address, e.g. 127.0.0.1")
     need("eval_temperature", v.eval_temperature >= 0, "must be >= 0 (0 = greedy)")
     need("sync_verify_tolerance", v.sync_verify_tolerance is None or v.sync_verify_tolerance > 0, "must be > 0")
     need("sync_bucket_mb", v.sync_bucket_mb > 0, "must be > 0")

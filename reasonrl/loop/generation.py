@@ -24,6 +24,7 @@ import torch
 from reasonrl.data.images import with_model_placeholder
 from reasonrl.dataplane.completion import Completion
 from reasonrl.distributed.handles import EngineHandle, RewardModelHandle
+from reasonrl.loop.agent_rollout import AgentRollout, AgentSettings, AgentTimes, agent_scored_reward
 from reasonrl.loop.multi_turn import EnvTimes, MultiTurnRollout, MultiTurnSettings
 from reasonrl.loop.rollout_stream import OnReady, score_as_they_arrive
 from reasonrl.rewards.shaping import final_reward
@@ -46,6 +47,7 @@ class GenerationSettings:
     include_stop_str_in_output: bool = False
     stream_rollout: bool = False
     multi_turn: MultiTurnSettings | None = None  # env_fn set: each sample is a conversation with an environment
+    agents: AgentSettings | None = None  # agent_fn set: each sample is an agent program's gateway session
     # vision-language model: the text its chat template writes for one image (what vLLM expands); a row's
     # ``<image>`` placeholders become it. None for a text model.
     image_placeholder: str | None = None
@@ -63,6 +65,7 @@ class GenerationSettings:
                 env_step_timeout_s=cfg.env_step_timeout_s,
                 check_retokenize=cfg.check_retokenize,
             )
+        agents = AgentSettings.from_config(cfg) if getattr(cfg, "agent_fn", None) is not None else None
         return cls(
             max_prompt_len=cfg.max_prompt_len,
             generate_max_len=cfg.generate_max_len,
@@ -72,6 +75,7 @@ class GenerationSettings:
             include_stop_str_in_output=cfg.include_stop_str_in_output,
             stream_rollout=cfg.stream_rollout,
             multi_turn=multi_turn,
+            agents=agents,
             image_placeholder=model_image_placeholder(cfg.resolve_model_path(cfg.pretrain)),
         )
 
@@ -148,10 +152,27 @@ class Generator:
         self.tokenizer, self.template, self.scorer = tokenizer, template, scorer
         self.settings, self.reward_model, self.reward_model_encoder = settings, reward_model, reward_model_encoder
         self._scorer_lock = threading.Lock()
-        self.multi_turn = None if settings.multi_turn is None else MultiTurnRollout(settings.multi_turn, tokenizer)
+        # Multi-turn samples: an environment's episodes (env_fn) or agent programs' gateway sessions (agent_fn); both
+        # run per engine over its request pump, with the same engine_part(...) shape.
+        self.multi_turn: MultiTurnRollout | AgentRollout | None = None
+        if settings.multi_turn is not None:
+            self.multi_turn = MultiTurnRollout(settings.multi_turn, tokenizer)
+        elif settings.agents is not None:
+            self.multi_turn = AgentRollout(settings.agents, tokenizer)
         # A multi-turn part is many engine calls (pump); it holds its engine's lock from its first call to its last,
         # so that another rollout's turns, an eval or a weight sync (``engines_held``) never land in between.
         self._engine_locks: tuple[asyncio.AbstractEventLoop | None, list[asyncio.Lock]] = (None, [])
+
+    @property
+    def agents(self) -> AgentRollout | None:
+        """The agent rollout (agent_fn), else None."""
+        return self.multi_turn if isinstance(self.multi_turn, AgentRollout) else None
+
+    async def aclose(self) -> None:
+        """Release what generation started in the running loop: the agent gateway (agent_fn). Call once the run
+        (or an eval loop) is over; a later call starts it again."""
+        if self.agents is not None:
+            await self.agents.aclose()
 
     def engine_locks(self) -> list[asyncio.Lock]:
         """One lock per engine, made for the running event loop (an asyncio lock serves one loop; the eval CLI and
@@ -287,7 +308,7 @@ class Generator:
         model, when there is one, scores all completions after the last engine returned (``model_scores`` in that
         order). ``on_ready``: see ``score_as_they_arrive`` (rule scores only).
         """
-        env_times = EnvTimes() if self.multi_turn is not None else None
+        env_times = None if self.multi_turn is None else AgentTimes() if self.agents is not None else EnvTimes()
         parts = self.start_generation(
             rows, n=n, temperature=temperature, seed=seed, logprobs=logprobs, env_times=env_times
         )
@@ -295,6 +316,8 @@ class Generator:
         def score(completions: list[Completion]) -> list:
             results = self.score_serialised(completions, [rows[c.prompt_index] for c in completions])
             for c, r in zip(completions, results, strict=True):
+                if self.agents is not None:  # agent_reward: the verifier's, the agent's or both
+                    agent_scored_reward(r, self.settings.agents.reward)
                 final_reward(r, env_reward=c.env_reward)  # multi-turn: the environment's per-turn rewards join it
             return results
 

@@ -17,6 +17,7 @@ import torch
 
 from reasonrl import algos
 from reasonrl.dataplane.completion import Completion
+from reasonrl.loop.agent_rollout import AgentTimes, agent_metrics
 from reasonrl.loop.generation import Generator
 from reasonrl.loop.multi_turn import multi_turn_metrics
 from reasonrl.loop.rollout_stream import KeptRelease
@@ -178,6 +179,7 @@ class RolloutCollector:
         gen_s = score_s = overlapped_s = 0.0
         gen_tokens = 0
         env_s = env_exposed_s = 0.0
+        agent_times: list[AgentTimes] = []  # agent_fn: each try's session counts
         model_scores: list[float] = []  # reward-model score of every sample, before filtering
         greedy: list[float] = []  # remax: greedy reward of every prompt
         while True:
@@ -205,6 +207,8 @@ class RolloutCollector:
             if scored.env_times is not None:
                 env_s += scored.env_times.env_s
                 env_exposed_s += scored.env_times.exposed_s
+                if isinstance(scored.env_times, AgentTimes):
+                    agent_times.append(scored.env_times)
             model_scores += scored.model_scores
             baseline = await self.greedy_baseline(rows, tries, seed_step) if s.remax else None
             greedy += baseline or []
@@ -237,6 +241,8 @@ class RolloutCollector:
         m["perf/tokens_per_s_generate"] = gen_tokens / gen_s
         if generator.multi_turn is not None:  # time in environments; exposed = engines idle waiting for them
             m |= {"time/env": env_s, "time/env_exposed": env_exposed_s}
+        if agent_times:  # agent_fn: errors, timeouts, sessions without a request, forks, the gateway's latency
+            m |= agent_metrics(agent_times, generator.agents.gateway_stats())
         if model_scores:
             m["reward/model_score_mean"] = sum(model_scores) / len(model_scores)
             rule = [float(r.reward) - r.model_score for r in kept.results]

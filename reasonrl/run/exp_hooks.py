@@ -16,6 +16,8 @@ reward worker processes), ``build_scorer``, and checks what each returned:
   ``wait_ready()`` are optional, and ``wait_ready()`` is called here so reward workers that cannot start fail now;
 * with ``env_fn`` (multi-turn): the environment imports and has ``reset`` / ``step``, the tools exist, and the
   tokenizer's chat template can frame tool messages;
+* with ``agent_fn`` (agent programs): the function imports and takes ``(row, endpoint)``, and the tokenizer has a
+  chat template;
 * rows with images: a vision-language model, every prompt within ``max_prompt_len`` with its image tokens
   (:mod:`reasonrl.run.vision_check`).
 
@@ -219,6 +221,12 @@ def build_inputs(exp, tokenizer=None, *, load_tokenizer: Callable[[], Any] | Non
             problems += environment_problems(cfg.env_fn, cfg.tools, tokenizer)
         if problems:
             raise ConfigError(problems, title="multi-turn rollouts cannot start")
+    if cfg is not None and getattr(cfg, "agent_fn", None) is not None:  # agents: the import, the chat template
+        from reasonrl.loop.agent_rollout import agent_problems
+
+        problems = agent_problems(cfg.agent_fn, tokenizer)
+        if problems:
+            raise ConfigError(problems, title="agent rollouts cannot start")
     if cfg is not None and hasattr(cfg, "freeze_vision_tower"):  # images: a VLM, lengths with image tokens
         from reasonrl.run.vision_check import vision_problems
 

@@ -192,6 +192,9 @@ class ExperimentRunner:
 
     async def fit(self) -> dict[str, float]:
         """The attempt's training: load :attr:`resume_from` when set, then ``PPOTrainer.fit()``."""
-        if self.resume_from is not None:
-            await self.trainer.load_checkpoint(self.resume_from)
-        return await self.trainer.fit()
+        try:
+            if self.resume_from is not None:
+                await self.trainer.load_checkpoint(self.resume_from)
+            return await self.trainer.fit()
+        finally:
+            await self.trainer.generator.aclose()  # the agent gateway (agent_fn), in the loop it was started in

@@ -48,6 +48,10 @@ def vision_problems(
             getattr(cfg, "env_fn", None) is not None,
             "multi-turn environments with images are not supported yet",
         ),
+        "agent_fn": (
+            getattr(cfg, "agent_fn", None) is not None,
+            "agent programs with images are not supported yet (the gateway renders text chat messages only)",
+        ),
         "fully_async": (
             getattr(cfg, "fully_async", False),
             "fully asynchronous RL does not support a vision-language model yet (vLLM 0.32 cannot drop the vision "

@@ -220,6 +220,24 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("multi_turn/env_errors", "samples ended early by an environment that raised, hung or returned garbage"),
     Scalar("time/env", "seconds in environment steps (summed over the worker threads)"),
     Scalar("time/env_exposed", "seconds the engines waited on environments with nothing to generate"),
+    # agent programs (agent_fn set; docs/agents.md); time/env is then the seconds inside agent functions
+    Scalar("agent/sessions", "agent_fn: agent sessions the step's rollout ran (one per sample)"),
+    Scalar("agent/requests_per_session", "agent_fn: model turns (gateway requests) per session"),
+    Scalar(
+        "agent/errors",
+        "agent_fn: samples whose agent function raised or returned no AgentResult (trained as they stand)",
+    ),
+    Scalar("agent/timeouts", "agent_fn: samples whose agent function passed agent_timeout_s (trained as they stand)"),
+    Scalar("agent/no_requests", "agent_fn: sessions without a model turn (kept in their group with nothing trained)"),
+    Scalar(
+        "agent/forks",
+        "agent_fn: pieces closed because the agent rewrote history (not trained: a session trains its last piece)",
+    ),
+    Scalar("agent/fork_tokens_dropped", "agent_fn: response tokens of those untrained fork pieces"),
+    Scalar(
+        "agent/gateway_added_latency_ms",
+        "agent_fn: the gateway's mean added latency per request since it started (not the engine's time)",
+    ),
     # evaluation (on steps that evaluate), see reasonrl.loop.eval_metrics
     Scalar("eval/<dataset>/avg@k", "mean accuracy over k samples per prompt, averaged over the dataset's prompts"),
     Scalar("eval/<dataset>/pass@k", "unbiased pass@k: chance that one of k samples is correct, averaged over prompts"),
