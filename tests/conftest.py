@@ -45,12 +45,14 @@ def pytest_configure(config):
 SLOWEST_FILES = (
     "tests/test_exp_stop_restart.py",  # 199
     "tests/test_demo.py",  # 84
+    "tests/loop/test_fully_async_run.py",  # ~160 (resume chain ~104, learning ~57; measured one by one)
     "tests/loop/test_trainer_split_placement.py",  # 83
     "tests/test_demo_tools.py",  # 75
     "tests/loop/test_vision_run.py",  # 75
     "tests/test_demo_code.py",  # 71
     "tests/test_readme.py",  # 51
     "tests/test_demo_vision.py",  # 50
+    "tests/distributed/test_distributed_vllm_flow.py",  # ~60 (measured one by one)
     "tests/distributed/test_distributed_ppo_workers.py",  # 40
     "tests/loop/test_trainer.py",  # 38
     "tests/distributed/test_distributed_lora.py",  # 34
