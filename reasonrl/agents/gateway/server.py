@@ -93,7 +93,7 @@ class AgentGateway:
         self._task: asyncio.Task | None = None
         self._counts: Counter = Counter()
         self._errors: Counter = Counter()
-        self._added_s: list[float] = []
+        self._added = [0, 0.0, 0.0]  # requests answered, total and max added seconds
         self._closed_forks = 0
 
     # -- sessions ---------------------------------------------------------------------------------------------
@@ -189,9 +189,10 @@ class AgentGateway:
             out[key] = self._counts[key]
         for status, n in sorted(self._errors.items()):
             out[f"errors_{status}"] = n
-        if self._added_s:
-            out["added_latency_ms_mean"] = 1000 * sum(self._added_s) / len(self._added_s)
-            out["added_latency_ms_max"] = 1000 * max(self._added_s)
+        answered, total, longest = self._added
+        if answered:
+            out["added_latency_ms_mean"] = 1000 * total / answered
+            out["added_latency_ms_max"] = 1000 * longest
         return out
 
     # -- requests ---------------------------------------------------------------------------------------------
@@ -266,6 +267,9 @@ class AgentGateway:
                 raise ProtocolError(410, "this session's sample has ended", code="session_closed") from None
             except PromptTooLong as exc:
                 raise ProtocolError(400, str(exc), "messages", code="context_length_exceeded") from None
+            except Exception as exc:  # the chat template refused the conversation (e.g. its raise_exception)
+                message = f"messages: the chat template cannot render them: {type(exc).__name__}: {exc}"
+                raise ProtocolError(400, message, "messages") from None
             output = None
             if plan.sampling is not None:
                 t0 = time.perf_counter()
@@ -290,7 +294,8 @@ class AgentGateway:
             result = stream_events(answer, self.model, completion_id, parsed.include_usage), None
         else:
             result = None, completion_body(answer, self.model, completion_id)
-        self._added_s.append(time.perf_counter() - start - backend_s - waited)
+        added = time.perf_counter() - start - backend_s - waited
+        self._added = [self._added[0] + 1, self._added[1] + added, max(self._added[2], added)]
         return result
 
 

@@ -8,6 +8,7 @@ tests; here the subject is the server and the sessions behind it.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import signal
 
@@ -312,3 +313,22 @@ def test_a_prompt_over_the_run_limit_is_a_400(tiny_tokenizer, scripted):
 
     err = asyncio.run(main())
     assert err.body["code"] == "context_length_exceeded" and err.body["param"] == "messages"
+
+
+def test_a_conversation_the_chat_template_refuses_is_a_400(tiny_tokenizer, scripted):
+    tok = copy.deepcopy(tiny_tokenizer)
+    tok.chat_template = (
+        "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system role here') }}{% endif %}"
+        "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+
+    async def body(gateway):
+        endpoint = gateway.open_session()
+        async with client(endpoint) as api:
+            with pytest.raises(openai.BadRequestError) as err:
+                await api.chat.completions.create(model="m", messages=[{"role": "system", "content": "x"}])
+        return err.value
+
+    err = serve(tok, scripted(tok), body)
+    assert err.body["param"] == "messages" and "no system role here" in err.body["message"]
