@@ -4,6 +4,7 @@ the HTTP stack, and the session logic is pure."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3] / "reasonrl"
@@ -20,11 +21,16 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
+@functools.cache
+def _all_imports() -> dict[str, set[str]]:
+    return {str(path.relative_to(ROOT)): _imports(path) for path in ROOT.rglob("*.py")}
+
+
 def _importers(prefix: str) -> set[str]:
     return {
-        str(path.relative_to(ROOT))
-        for path in ROOT.rglob("*.py")
-        if any(name == prefix or name.startswith(prefix + ".") for name in _imports(path))
+        path
+        for path, names in _all_imports().items()
+        if any(name == prefix or name.startswith(prefix + ".") for name in names)
     }
 
 

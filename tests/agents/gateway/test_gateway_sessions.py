@@ -272,3 +272,28 @@ def test_a_prompt_longer_than_the_run_allows_is_refused(tiny_tokenizer):
     session = Session("s1", ChatFraming(tiny_tokenizer), limits)
     with pytest.raises(PromptTooLong, match="prompt_max_len"):
         session.plan(ChatTurnRequest([{"role": "user", "content": "a long question " * 5}]))
+
+
+def test_two_calls_and_two_tool_results_render_as_qwen25_writes_them(qwen25_tokenizer, scripted):
+    """Qwen2.5 merges consecutive tool messages into one user block; the appended tokens follow the template."""
+    call2 = CALL.replace("12*34", "5*6")
+    backend = scripted(qwen25_tokenizer, [CALL + "\n" + call2, "408 and 30."], char_level=False)
+    session = Session("s1", ChatFraming(qwen25_tokenizer), LIMITS)
+    messages = [{"role": "user", "content": "12*34 and 5*6?"}]
+    reply, answer = ask(session, backend, messages)
+    assert answer.finish_reason == "tool_calls" and len(reply["tool_calls"]) == 2
+    results = [
+        {"role": "tool", "tool_call_id": c["id"], "content": r}
+        for c, r in zip(reply["tool_calls"], ["408", "30"], strict=True)
+    ]
+    messages += [reply, *results]
+    reply, _ = ask(session, backend, messages)
+    (piece,) = session.close()
+    assert (
+        piece.turns[1]["text"].count("<tool_response>") == 2 and piece.turns[1]["text"].count("<|im_start|>user") == 1
+    )
+    history = normalize_messages(messages) + [{"role": "assistant", "content": "408 and 30."}]
+    rendered = qwen25_tokenizer.apply_chat_template(history, tools=TOOLS, tokenize=False)
+    text = qwen25_tokenizer.decode(piece.prompt_ids + piece.response_ids, skip_special_tokens=False)
+    assert text == rendered.rstrip("\n")
+    assert_faithful(piece, backend, backend.outputs)
