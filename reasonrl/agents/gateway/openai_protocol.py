@@ -4,14 +4,14 @@ OpenAI-style 400 naming the field), the answer, its streamed chunks, ``/v1/model
 This is the one module allowed to import vLLM's OpenAI server code (``vllm.entrypoints``; docs/architecture.md). It
 does not, for now, and says why: vLLM 0.32's ``vllm.entrypoints.openai.chat_completion.protocol`` imports
 ``vllm.config``, torch and ``torch._inductor`` (4,607 modules, 550 MB resident, 13 s of wall time and 15 s of CPU on
-this project's 2-core machine when quiet, 69 s while the test suite ran beside it; it initialises no device), which the
-driver process that hosts the gateway otherwise never loads and no unit test can afford; and its ``ChatCompletionRequest`` validates ``messages`` as a loose union that accepts an
-unknown ``role`` (``{"role": "bogus"}`` passes), so the 400-naming-the-field contract needed checks of our own anyway.
-So the request is a pydantic model restricted to the fields the gateway honours, plus explicit refusals, and the
-answers are plain dicts in the format of ``openai.types.chat.ChatCompletion`` / ``ChatCompletionChunk`` (the tests
-read them back with the official ``openai`` client). Tool calls are parsed by our Hermes parser
-(:mod:`reasonrl.agents.tool_calls`, the one ``env_fn=tools`` uses), not vLLM's, so both paths read a model turn the
-same way.
+this project's 2-core machine when quiet, 69 s while the test suite ran beside it; it initialises no device), which
+the driver process that hosts the gateway otherwise never loads and no unit test can afford; and its
+``ChatCompletionRequest`` validates ``messages`` as a loose union that accepts an unknown ``role`` (``{"role":
+"bogus"}`` passes), so the 400-naming-the-field contract needed checks of our own anyway. So the request is a
+pydantic model restricted to the fields the gateway honours, plus explicit refusals, and the answers are plain dicts
+in the format of ``openai.types.chat.ChatCompletion`` / ``ChatCompletionChunk`` (the tests read them back with the
+official ``openai`` client). Tool calls are parsed by our Hermes parser (:mod:`reasonrl.agents.tool_calls`, the one
+``env_fn=tools`` uses), not vLLM's, so both paths read a model turn the same way.
 
 Request fields:
 
