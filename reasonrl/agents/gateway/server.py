@@ -286,6 +286,9 @@ class AgentGateway:
                 raise ProtocolError(
                     410, "this session's sample ended while the request ran", code="session_closed"
                 ) from None
+            except ValueError as exc:  # the backend's output is inconsistent: not recorded
+                logger.error("agent gateway: session %s: %s", session_id, exc)
+                raise ProtocolError(500, f"generation failed: {exc}") from None
         self._counts["model_tokens"] += answer.completion_tokens
         self._counts["observation_tokens"] += len(plan.appended_ids) if output is not None else 0
         self._counts["length_answers"] += int(output is None)

@@ -198,12 +198,18 @@ class Session:
 
     def commit(self, plan: TurnPlan, output: TurnOutput | None) -> TurnAnswer:
         """Apply ``plan`` with the backend's ``output`` (None when ``plan.sampling`` is None: the budget answer).
-        Raises :class:`SessionClosed` when the session closed meanwhile (the output is dropped)."""
+        Raises :class:`SessionClosed` when the session closed meanwhile (the output is dropped), ``ValueError`` (the
+        session unchanged) when the output's log-probs or versions do not match its ids."""
         if self.closed:
             raise SessionClosed(self.session_id)
         if plan.sampling is None or output is None:
             self.ended_by_budget = True
             return TurnAnswer(ModelReply("", (), ()), "length", len(plan.context_ids), 0)
+        ids = list(output.token_ids)
+        for name in ("logprobs", "token_versions"):
+            values = getattr(output, name)
+            if values is not None and len(values) != len(ids):
+                raise ValueError(f"the backend returned {len(ids)} token ids and {len(values)} {name}")
         if plan.fork and self.current is not None:
             self._close_current("fork")
             self.forks += 1
@@ -212,9 +218,6 @@ class Session:
         piece = self.current
         if not plan.new_piece:
             self._append_messages(piece, plan)
-        ids = list(output.token_ids)
-        if output.logprobs is not None and len(output.logprobs) != len(ids):
-            raise ValueError(f"the backend returned {len(ids)} token ids and {len(output.logprobs)} log-probs")
         piece.append(ids, output.logprobs, True, output.token_versions)
         text = output.text
         if text.endswith(self.framing.eos_text):

@@ -332,3 +332,39 @@ def test_a_conversation_the_chat_template_refuses_is_a_400(tiny_tokenizer, scrip
 
     err = serve(tok, scripted(tok), body)
     assert err.body["param"] == "messages" and "no system role here" in err.body["message"]
+
+
+def test_an_engine_failure_is_a_500_and_the_session_is_unchanged(tiny_tokenizer, scripted):
+    backend = scripted(tiny_tokenizer, ["first", "second"])
+    generate = backend.generate
+    failures = ["raise", "bad logprobs"]
+
+    async def flaky_generate(*args):
+        out = await generate(*args)
+        if failures:
+            failure = failures.pop(0)
+            backend.texts.insert(0, "second")  # the retry gets the same script
+            if failure == "raise":
+                raise RuntimeError("engine died")
+            out.logprobs = out.logprobs[:-1]
+        return out
+
+    backend.generate = flaky_generate
+
+    async def body(gateway):
+        endpoint = gateway.open_session()
+        async with client(endpoint) as api:
+            messages = [{"role": "user", "content": "hi"}]
+            errors = []
+            for _ in range(2):
+                with pytest.raises(openai.InternalServerError) as err:
+                    await api.chat.completions.create(model="m", messages=messages)
+                errors.append(err.value)
+            answer = await api.chat.completions.create(model="m", messages=messages)
+        return errors, answer, gateway.close_session(endpoint.session_id), gateway.stats()
+
+    errors, answer, pieces, stats = serve(tiny_tokenizer, backend, body)
+    assert [e.status_code for e in errors] == [500, 500] and errors[0].body["type"] == "server_error"
+    assert answer.choices[0].message.content == "second" and stats["errors_500"] == 2 and stats["forks"] == 0
+    (piece,) = pieces
+    assert piece.response_ids == backend.outputs[-1].token_ids and all(piece.loss_mask)
