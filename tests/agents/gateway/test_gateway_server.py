@@ -368,3 +368,34 @@ def test_an_engine_failure_is_a_500_and_the_session_is_unchanged(tiny_tokenizer,
     assert answer.choices[0].message.content == "second" and stats["errors_500"] == 2 and stats["forks"] == 0
     (piece,) = pieces
     assert piece.response_ids == backend.outputs[-1].token_ids and all(piece.loss_mask)
+
+
+def test_a_sync_agent_in_a_thread_with_its_own_tool_loop(qwen25_tokenizer, scripted):
+    """A plain ``openai.OpenAI`` agent run in a thread (as sync agent functions are) against the gateway in the loop."""
+    backend = scripted(qwen25_tokenizer, [CALL, "408"])
+
+    def agent(endpoint) -> str:
+        with openai.OpenAI(
+            base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0, http_client=httpx.Client(verify=False)
+        ) as api:
+            messages = [{"role": "user", "content": "What is 12*34?"}]
+            while True:
+                message = (
+                    api.chat.completions.create(model=endpoint.model, messages=messages, tools=TOOLS).choices[0].message
+                )
+                messages.append(message.model_dump(exclude_none=True))
+                if not message.tool_calls:
+                    return message.content
+                for call in message.tool_calls:
+                    expression = json.loads(call.function.arguments)["expression"]
+                    result = {"12*34": "408"}.get(expression, "unknown")  # the test's own calculator
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+
+    async def body(gateway):
+        endpoint = gateway.open_session()
+        answer = await asyncio.to_thread(agent, endpoint)
+        return answer, gateway.close_session(endpoint.session_id), gateway.stats()
+
+    answer, (piece,), stats = serve(qwen25_tokenizer, backend, body)
+    assert answer == "408" and stats["requests"] == 2 and stats["forks"] == 0
+    assert [t["role"] for t in piece.turns] == ["assistant", "tool", "assistant"] and "408" in piece.turns[1]["text"]
