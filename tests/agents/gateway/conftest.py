@@ -1,8 +1,9 @@
 """Tokenizers with the chat templates the gateway is tested on, and a scripted backend.
 
-No Qwen tokenizer ships offline, so the templates are written out (``templates/``: Qwen2.5's and Qwen3's, as the
-models publish them; Qwen3's renders earlier assistant turns without their ``<think>`` block) and set on the tiny
-tokenizer we build offline (ChatML special tokens, EOS ``<|im_end|>``). The plain ChatML case is SmolLM2's own
+No Qwen tokenizer ships offline, so the templates are written out (``templates/``: Qwen2.5's and Qwen3's, the
+templates the Qwen models publish (Apache-2.0), byte for byte as TRL keeps them in ``trl/chat_templates/`` to recognise
+those models; Qwen3's renders earlier assistant turns without their ``<think>`` block) and set on the tiny tokenizer
+we build offline (ChatML special tokens, EOS ``<|im_end|>``). The plain ChatML case is SmolLM2's own
 tokenizer and template (49k-token vocabulary, a system prompt added by the template) and the tiny model's own.
 """
 
