@@ -5,6 +5,7 @@
     python -m reasonrl.demo --algo both --steps 10
     python -m reasonrl.demo --task code          # small Python functions, unit-test reward (~8 min)
     python -m reasonrl.demo --task tools         # multiplication with a calculator tool vs without (multi-turn)
+    python -m reasonrl.demo --task agent         # the same task as an openai-client agent program (agent_fn)
     python -m reasonrl.demo --lora               # GRPO training rank-8 LoRA adapters instead of every weight
     python -m reasonrl.demo --task vision        # counting dots in pictures with a tiny vision-language model
 
@@ -28,6 +29,11 @@ and the mean sandbox seconds per step (``time/reward``).
 calculator conversations, ``reasonrl.data.tool_tasks``) then GRPO where the model calls the calculator and answers
 (``playground.tools_grpo_cpu``), against the same budget from ``tools-sft-notool`` without the tool; held-out accuracy
 before -> after for both, and the tool calls and errors per step.
+
+``--task agent`` trains the calculator task written as an agent program (docs/agents.md): the ``openai`` client's
+own tool loop (``playground/agents/calculator_agent.py``) talking to its sample's endpoint of the agent gateway, from
+the same warm start ``tools-sft`` (``playground.agent_grpo_cpu``), next to the tools demo (``env_fn=tools``) run for
+the same steps; held-out accuracy before -> after for both.
 
 ``--task vision`` trains a vision-language model (docs/vision.md): the warm start ``vision-sft`` (the tiny Idefics3
 ``tiny-vlm`` after a short SFT on ``dots_train``, :mod:`reasonrl.data.vision_tasks`), then GRPO on pictures of 1-9
@@ -89,6 +95,10 @@ def recipe(algo: str, task: str = "math", lora: bool = False):
         from playground.vision_grpo_cpu import VisionGRPOCPUConfig
 
         classes = {"grpo": VisionGRPOCPUConfig}
+    elif task == "agent":
+        from playground.agent_grpo_cpu import AgentGRPOCPUConfig
+
+        classes = {"grpo": AgentGRPOCPUConfig}
     elif task in ("tools", "tools-notool"):
         from playground.tools_grpo_cpu import ToolsGRPOCPUConfig, ToolsNoToolGRPOCPUConfig
 
@@ -252,10 +262,11 @@ def main(argv=None) -> list[DemoResult]:
     parser = argparse.ArgumentParser(description="reasonrl learning demo: SFT warm start, then RL on CPU")
     parser.add_argument(
         "--task",
-        choices=["math", "code", "tools", "vision"],
+        choices=["math", "code", "tools", "agent", "vision"],
         default="math",
         help="math: 2-digit addition (default); code: small Python functions with unit tests (GRPO only); tools: "
-        "multiplication with a calculator tool against the same budget without it (GRPO only); vision: counting "
+        "multiplication with a calculator tool against the same budget without it (GRPO only); agent: the same "
+        "task as an openai-client agent program, next to the tools run (GRPO only); vision: counting "
         "dots in pictures with a tiny vision-language model (GRPO only)",
     )
     parser.add_argument("--algo", choices=["grpo", "ppo", "both"], default="grpo")
@@ -281,6 +292,10 @@ def main(argv=None) -> list[DemoResult]:
         if args.algo != "grpo":
             parser.error("--task tools runs GRPO only (--algo grpo)")
         return main_tools(args)
+    if args.task == "agent":
+        if args.algo != "grpo":
+            parser.error("--task agent runs GRPO only (--algo grpo)")
+        return main_agent(args)
     if args.task == "vision":
         if args.algo != "grpo":
             parser.error("--task vision runs GRPO only (--algo grpo)")
@@ -342,6 +357,44 @@ def main_tools(args) -> list[DemoResult]:
     }
     print(tools_summary(runs, warm_seconds, time.perf_counter() - start), flush=True)
     return list(runs.values())
+
+
+def main_agent(args) -> list[DemoResult]:
+    """``--task agent``: GRPO of the calculator agent program (``agent_fn``) from ``tools-sft`` and, for the
+    comparison, of the same task with the built-in tool environment (``env_fn=tools``) for the same steps."""
+    from reasonrl.sft.warm_start import tools_warm_start_path
+
+    start = time.perf_counter()
+    tools_warm_start_path(log_dir=args.log_dir)
+    warm_seconds = time.perf_counter() - start
+    steps = args.steps or TOOLS_STEPS
+    runs = {
+        task: run_rl("grpo", task=task, steps=steps, seed=args.seed, log_dir=args.log_dir, ckpt_dir=args.ckpt_dir)
+        for task in ("agent", "tools")
+    }
+    print(agent_summary(runs, warm_seconds, time.perf_counter() - start), flush=True)
+    return list(runs.values())
+
+
+def agent_summary(runs: dict[str, DemoResult], warm_seconds: float, total: float) -> str:
+    agent, tools = runs["agent"], runs["tools"]
+    lines = [
+        "",
+        "reasonrl demo: the calculator task as an openai-client agent program vs the built-in tool environment",
+        f"  warm start   tools-sft: {warm_seconds:.0f} s (built once, then cached)",
+    ]
+    for name, r in (("agent program (agent_fn)", agent), ("tool environment (env_fn=tools)", tools)):
+        lines += [
+            f"  GRPO, {name}: {r.steps} steps, {r.rl_seconds:.0f} s ({r.mean_step_seconds:.1f} s/step)",
+            f"    held-out accuracy (greedy)   {r.heldout_before:6.1%} -> {r.heldout_after:6.1%}"
+            f"   ({100 * r.gain:+.1f} points)",
+            f"    training reward (T=1)        {r.train_reward_first:6.3f} -> {r.train_reward_last:6.3f}"
+            "   (mean of the first / last 3 steps)",
+        ]
+    gap = 100 * (agent.heldout_after - tools.heldout_after)
+    lines.append(f"  agent - tools after {agent.steps} steps: {gap:+.1f} points (goal: within 5)")
+    lines.append(f"  total wall time {total:.0f} s")
+    return "\n".join(lines)
 
 
 VISION_STEPS = 20  # --task vision's default number of RL steps

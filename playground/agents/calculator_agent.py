@@ -66,4 +66,4 @@ async def run(row: dict, endpoint) -> AgentResult:
                 calls += 1
                 content = run_tool(call.function.name, call.function.arguments)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
-    return AgentResult(reward=None, info={"tool_calls": calls})
+    return AgentResult(reward=None, info={"tool_calls": {"calculator": calls}})

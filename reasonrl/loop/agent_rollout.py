@@ -367,7 +367,7 @@ class AgentRollout:
                 finish_reason="stop",
                 logprobs=[0.0] if sampling.logprobs else None,
                 loss_mask=[False],
-                turns=[{"role": "agent", "text": "", "num_tokens": 1, "info": info}],
+                turns=[{"role": "agent", "text": "", "num_tokens": 1, "info": tool_counts(info)}],
                 env_reward=env_reward,
                 env_error=error,
             )
@@ -379,7 +379,7 @@ class AgentRollout:
             logger.debug(f"agent sample {prompt_index}/{sample_index} ended early: {end.error}")
         turns = [{k: v for k, v in t.items() if k != "token_ids"} for t in last.turns]
         if turns:
-            turns[-1].setdefault("info", info)
+            turns[-1]["info"] = tool_counts(info)  # multi_turn/tool_calls/<tool> of the step
         finish = "length" if last.finish_reason == "length" else "stop"
         return Completion(
             prompt_index=prompt_index,
@@ -395,6 +395,21 @@ class AgentRollout:
             env_error=end.error,
             token_versions=list(last.token_versions) if last.token_versions else None,
         )
+
+
+def tool_counts(info: dict) -> dict[str, dict[str, float]]:
+    """The ``tool_calls`` / ``tool_errors`` counts of an agent's ``AgentResult.info`` (``{"tool_calls": {name: n}}``,
+    as an environment's ``StepResult.info``), for the ``multi_turn/tool_*`` figures; anything else is left out."""
+    out = {}
+    for key in ("tool_calls", "tool_errors"):
+        counts = info.get(key) if isinstance(info, dict) else None
+        if isinstance(counts, dict):
+            good = {
+                str(k): float(v) for k, v in counts.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
+            if good:
+                out[key] = good
+    return out
 
 
 def piece_text(tokenizer, piece: TrajectoryPiece) -> str:

@@ -308,3 +308,12 @@ def test_agent_metrics_sum_tries_and_read_the_gateway():
     assert m["agent/sessions"] == 4 and m["agent/requests_per_session"] == 2.0
     assert m["agent/errors"] == 1 and m["agent/forks"] == 3 and m["agent/gateway_added_latency_ms"] == 2.5
     assert AgentTimes().metrics()["agent/timeouts"] == 0
+
+
+def test_tool_counts_keep_only_counts():
+    from reasonrl.loop.agent_rollout import tool_counts
+
+    assert tool_counts({"tool_calls": {"calculator": 2, "bad": "x"}, "tool_errors": 3, "other": 1}) == {
+        "tool_calls": {"calculator": 2.0}
+    }
+    assert tool_counts({"tool_calls": 5}) == {} and tool_counts([]) == {}

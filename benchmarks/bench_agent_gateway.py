@@ -1,0 +1,141 @@
+"""The agent gateway against the built-in tool environment on the same work: model tokens per second of the calculator
+task as an openai-client agent program (``agent_fn``, HTTP through the gateway) and as ``env_fn=tools``.
+
+    python benchmarks/bench_agent_gateway.py                      # tools-sft, 64 held-out questions x 4 samples
+    python benchmarks/bench_agent_gateway.py --prompts 32 --json  # one JSON object instead of the table
+
+One vLLM engine in this process behind a stand-in for its Ray actor handle (``.remote`` runs the method in a thread),
+so neither path pays Ray overhead (as ``bench_multi_turn.py``). Both run the warm start ``tools-sft`` (built on first
+use) on ``tool_mul_heldout``: the model calls the calculator, reads the result, answers (3 turns at most, 96 tokens
+per sample, T=1, the same seeds). Agent: ``AgentRollout`` + the real ``AgentGateway`` on 127.0.0.1 and
+``playground/agents/calculator_agent.py`` (``openai.AsyncOpenAI``, its own tool loop), every agent at once.
+Environment: ``MultiTurnRollout`` with ``ToolEnvironment``. The first call of each is a warm-up.
+
+Prints model tokens (the loss-masked ones) per second of each, their ratio (goal >= 0.8), model turns per sample,
+and the gateway's added latency per request (its ``stats()``: time in the handler minus the engine's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from types import SimpleNamespace
+
+from reasonrl.distributed.platform import apply_runtime_env
+
+apply_runtime_env()
+
+BUDGET = 96
+MAX_TURNS = 3
+
+
+def actor(engine):
+    """A stand-in for the engine's Ray actor handle: ``handle.method.remote(...)`` awaits the method in a thread."""
+    return SimpleNamespace(
+        pump=SimpleNamespace(remote=lambda *a: asyncio.to_thread(engine.pump, *a)),
+        abort_pumped=SimpleNamespace(remote=lambda: asyncio.to_thread(engine.abort_pumped)),
+    )
+
+
+async def run_part(rollout, handle, rows, ids, sampling, times):
+    done = []
+    try:
+        async for part in rollout.engine_part(handle, rows, ids, 0, sampling, times):
+            done += part
+    finally:
+        if hasattr(rollout, "aclose"):
+            await rollout.aclose()
+    return done
+
+
+def measure(rollout, handle, rows, ids, sampling, times_cls, repeats: int) -> dict:
+    """Model tokens per second (warm-up first), turns per sample, and the last run's times."""
+    tokens = seconds = turns = 0.0
+    stats: dict = {}
+    for repeat in range(repeats + 1):
+        times = times_cls()
+        start = time.perf_counter()
+        done = asyncio.run(run_part(rollout, handle, rows, ids, sampling, times))
+        elapsed = time.perf_counter() - start
+        if hasattr(rollout, "last_stats"):
+            stats = rollout.last_stats
+        if repeat == 0:
+            continue
+        tokens += sum(sum(c.loss_mask) if c.loss_mask else len(c.token_ids) for c in done)
+        seconds += elapsed
+        turns += sum(sum(t["role"] == "assistant" for t in c.turns) for c in done) / len(done)
+    out = {"model_tokens_per_s": tokens / seconds, "turns_per_sample": turns / repeats, "seconds": seconds / repeats}
+    if stats:
+        out |= {"added_latency_ms_mean": stats.get("added_latency_ms_mean"), "requests": stats.get("requests")}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+
+    from transformers import AutoTokenizer
+
+    from reasonrl.agents.agent_fn import load_agent_fn
+    from reasonrl.agents.gateway.backend import SamplingLimits
+    from reasonrl.agents.loading import load_env_factory
+    from reasonrl.agents.tools import resolve_tools
+    from reasonrl.data import get_template, load_rows
+    from reasonrl.distributed.vllm_engine import SamplingConfig, VLLMEngine
+    from reasonrl.loop.agent_rollout import AgentRollout, AgentSettings, AgentTimes
+    from reasonrl.loop.multi_turn import EnvTimes, MultiTurnRollout, MultiTurnSettings
+    from reasonrl.sft.warm_start import tools_warm_start_path
+
+    path = str(tools_warm_start_path())
+    tok = AutoTokenizer.from_pretrained(path)
+    rows = load_rows("tool_mul_heldout").rows[: args.prompts]
+    schemas = {name: tool.schema for name, tool in resolve_tools(["calculator"]).items()}
+    template = get_template("chat", tokenizer=tok, tool_schemas=schemas)
+    ids = [tok(template.render(r), add_special_tokens=False).input_ids for r in rows]
+    engine = VLLMEngine(path, dtype="float32", max_model_len=192)
+    handle = actor(engine)
+    sampling = SamplingConfig(n=args.n, temperature=1.0, max_tokens=BUDGET, seed=0, logprobs=True)
+
+    env = MultiTurnRollout(
+        MultiTurnSettings(load_env_factory("tools", tools=("calculator",)), max_turns=MAX_TURNS), tok
+    )
+    tools = measure(env, handle, rows, ids, sampling, EnvTimes, args.repeats)
+
+    limits = SamplingLimits(temperature=1.0, top_p=1.0, max_tokens=BUDGET, max_prompt_tokens=64)
+    agent_fn = load_agent_fn("playground.agents.calculator_agent:run")
+    agents = AgentRollout(AgentSettings(agent_fn, limits, concurrency=args.prompts * args.n, timeout_s=120.0), tok)
+    close = agents.aclose
+
+    async def aclose_keeping_stats():
+        agents.last_stats = agents.gateway_stats()
+        await close()
+
+    agents.aclose = aclose_keeping_stats
+    agent = measure(agents, handle, rows, ids, sampling, AgentTimes, args.repeats)
+
+    ratio = agent["model_tokens_per_s"] / tools["model_tokens_per_s"]
+    result = {"prompts": args.prompts, "n": args.n, "agent": agent, "env_tools": tools, "ratio": ratio}
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"{args.prompts} prompts x {args.n} samples of tool_mul_heldout (tools-sft), <= {MAX_TURNS} turns, T=1")
+    print(
+        f"  env_fn=tools  : {tools['model_tokens_per_s']:8.1f} model tokens/s  "
+        f"({tools['turns_per_sample']:.2f} turns per sample, {tools['seconds']:.2f} s per rollout)"
+    )
+    print(
+        f"  agent_fn      : {agent['model_tokens_per_s']:8.1f} model tokens/s  "
+        f"({agent['turns_per_sample']:.2f} turns per sample, {agent['seconds']:.2f} s per rollout)"
+    )
+    print(f"  ratio         : {ratio:.2f} (goal >= 0.8)")
+    print(f"  gateway added latency per request: {agent.get('added_latency_ms_mean') or float('nan'):.2f} ms mean")
+
+
+if __name__ == "__main__":
+    main()
