@@ -32,10 +32,15 @@ MAX_TURNS = 3
 
 
 def actor(engine):
-    """A stand-in for the engine's Ray actor handle: ``handle.method.remote(...)`` awaits the method in a thread."""
-    return SimpleNamespace(
-        pump=SimpleNamespace(remote=lambda *a: asyncio.to_thread(engine.pump, *a)),
-        abort_pumped=SimpleNamespace(remote=lambda: asyncio.to_thread(engine.abort_pumped)),
+    """The engine's handle over a stand-in for its Ray actor: ``actor.method.remote(...)`` awaits the method in a
+    thread."""
+    from reasonrl.distributed.handles import EngineHandle
+
+    return EngineHandle(
+        SimpleNamespace(
+            pump=SimpleNamespace(remote=lambda *a: asyncio.to_thread(engine.pump, *a)),
+            abort_pumped=SimpleNamespace(remote=lambda: asyncio.to_thread(engine.abort_pumped)),
+        )
     )
 
 

@@ -11,7 +11,9 @@ Trained with ``agent_fn=playground.agents.calculator_agent:run`` (``playground/a
 
 from __future__ import annotations
 
+import asyncio
 import json
+import weakref
 
 from openai import AsyncOpenAI
 
@@ -39,6 +41,19 @@ CALCULATOR = {
 }
 
 
+_CLIENTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its shared AsyncOpenAI client
+
+
+def client_for(endpoint) -> AsyncOpenAI:
+    """The session's client: one ``AsyncOpenAI`` per event loop (making one loads the system's CA certificates,
+    ~50 ms of CPU), each session's a ``with_options`` copy with its own URL and key over the same connection pool."""
+    loop = asyncio.get_running_loop()
+    shared = _CLIENTS.get(loop)
+    if shared is None:
+        shared = _CLIENTS[loop] = AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
+    return shared.with_options(base_url=endpoint.base_url, api_key=endpoint.api_key)
+
+
 def run_tool(name: str, arguments: str) -> str:
     """The tool message for one call: the calculator's result, or ``{"error": ...}`` for anything that fails."""
     try:
@@ -55,15 +70,15 @@ async def run(row: dict, endpoint) -> AgentResult:
     """One episode of the tool loop on ``row`` (its ``messages``: the user's question)."""
     messages = [dict(m) for m in row["messages"]]
     calls = 0
-    async with AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0) as client:
-        for _ in range(MAX_TURNS):
-            reply = await client.chat.completions.create(model=endpoint.model, messages=messages, tools=[CALCULATOR])
-            choice = reply.choices[0]
-            messages.append(choice.message.model_dump(exclude_none=True))
-            if not choice.message.tool_calls or choice.finish_reason == "length":
-                break
-            for call in choice.message.tool_calls:
-                calls += 1
-                content = run_tool(call.function.name, call.function.arguments)
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+    client = client_for(endpoint)
+    for _ in range(MAX_TURNS):
+        reply = await client.chat.completions.create(model=endpoint.model, messages=messages, tools=[CALCULATOR])
+        choice = reply.choices[0]
+        messages.append(choice.message.model_dump(exclude_none=True))
+        if not choice.message.tool_calls or choice.finish_reason == "length":
+            break
+        for call in choice.message.tool_calls:
+            calls += 1
+            content = run_tool(call.function.name, call.function.arguments)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
     return AgentResult(reward=None, info={"tool_calls": {"calculator": calls}})
