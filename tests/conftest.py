@@ -48,6 +48,7 @@ SLOWEST_FILES = (
     "tests/loop/test_fully_async_run.py",  # ~160 (resume chain ~104, learning ~57; measured one by one)
     "tests/loop/test_trainer_split_placement.py",  # 83
     "tests/test_demo_tools.py",  # 75
+    "tests/test_demo_agent.py",  # 215 (measured alone on the project's 2-core machine)
     "tests/loop/test_vision_run.py",  # 75
     "tests/test_demo_code.py",  # 71
     "tests/test_readme.py",  # 51

@@ -36,6 +36,7 @@ Rules (documented in docs/agents.md):
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import itertools
@@ -54,6 +55,9 @@ from reasonrl.utils.rng import derive_seed
 
 AGENT_REWARD_MODES = ("agent", "verifier", "both")
 MODEL_NAME = "reasonrl-policy"
+# Pump calls kept in flight per engine: the engine actor runs them one after the other, so while the driver answers
+# the agents of one call's finished turns (their HTTP, their client's CPU) the next call already steps the engine.
+PUMP_DEPTH = 2
 
 
 _ENDED = object()  # what a turn's future gets when its session or rollout ended first
@@ -283,20 +287,24 @@ class AgentRollout:
             for j in range(n):
                 seed = None if sampling.seed is None else sampling.seed + i * n + j
                 tasks[asyncio.ensure_future(self._sample(gateway, part, row, seed, sampling, times))] = (i, j)
-        in_engine = 0
+        in_engine = 0  # turns added to the engine whose results have not come back
+        calls: collections.deque = collections.deque()  # pump calls in flight, oldest first
         try:
             while tasks:  # once every agent has ended, what is left in the engine waits for no one: aborted
-                if not part.ready and not in_engine:  # every agent is between requests (or done): wait for one
+                if not part.ready and not in_engine and not calls:  # every agent is between requests: wait for one
                     part.wake.clear()
                     waited = time.perf_counter()
                     wake = asyncio.ensure_future(part.wake.wait())
                     await asyncio.wait([*tasks, wake], return_when=asyncio.FIRST_COMPLETED)
                     wake.cancel()
                     times.exposed_s += time.perf_counter() - waited
-                if part.ready or in_engine:
+                while len(calls) < PUMP_DEPTH and (part.ready or in_engine):
                     batch, part.ready = part.ready, []
-                    finished = await engine.pump(batch, 0.2)
-                    in_engine += len(batch) - len(finished)
+                    calls.append(asyncio.ensure_future(engine.pump(batch, 0.2)))
+                    in_engine += len(batch)
+                if calls:
+                    finished = await calls.popleft()
+                    in_engine -= len(finished)
                     for key, completion in finished:
                         future = part.futures.pop(key, None)
                         if future is not None and not future.done():
@@ -311,6 +319,9 @@ class AgentRollout:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            for call in calls:  # the engine actor runs them in order: let them end before the abort
+                with contextlib.suppress(Exception):
+                    in_engine -= len(await call)
             for future in part.futures.values():
                 if not future.done():
                     future.set_result(_ENDED)
