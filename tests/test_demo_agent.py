@@ -6,8 +6,9 @@ margin, every step must have called the calculator, and no agent may have failed
 Measured on 2-core CPUs (seed 0, 32 prompts x 8 samples): held-out accuracy 0.775 at step 0, 0.840 at step 5 (+6.5
 points; the tools demo, ``env_fn=tools``, from the same warm start: 0.775 -> 0.830), sampled training reward 0.344,
 0.363, 0.430, 0.398, 0.410 over steps 1-5, the tools demo's over steps 1-4 (the agent's requests are seeded and
-rendered as the environment's turns are; the tools demo's step 5: 0.406). Like tests/test_demo_tools.py it runs 5 steps and asks for +5
-points.
+rendered as the environment's turns are; the tools demo's step 5: 0.406). Like tests/test_demo_tools.py it runs 5
+steps and asks for +5 points. It took 215 s alone on this machine: fewer steps or prompts do not show learning
+reliably (16 prompts x 4 steps: +3.0 points).
 """
 
 from __future__ import annotations

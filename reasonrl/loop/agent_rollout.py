@@ -3,7 +3,7 @@ OpenAI-compatible session of the agent gateway, every model turn generated on th
 
 The counterpart of :mod:`reasonrl.loop.multi_turn` with the roles turned round: there the loop calls the
 environment; here the agent calls the model. Per engine, one asyncio task drives that engine's request pump
-(``VLLMEngine.pump``) exactly as multi-turn rollouts do, and this class is the gateway's
+(``VLLMEngine.pump``) as multi-turn rollouts do (with ``PUMP_DEPTH`` calls in flight), and this class is the gateway's
 :class:`~reasonrl.agents.gateway.backend.TurnBackend`: a request of a session becomes a ``TurnRequest`` of the pump
 of the engine that owns the session, and the request's future is resolved when the engine finishes the turn. Turns of
 every session join the running batch (continuous batching across sessions and turns).
