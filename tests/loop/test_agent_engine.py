@@ -8,6 +8,7 @@ The tiny model is random, so its turns are ended by a stop string (" "), as in t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 
 import pytest
@@ -129,3 +130,53 @@ def test_a_session_that_rewrote_history_trains_its_last_piece(vllm_engine, tiny_
     second = tiny_tokenizer(text, add_special_tokens=False).input_ids
     for c in scored.completions:
         assert c.prompt_token_ids == second and c.loss_mask is None  # one model turn after the new prompt
+
+
+GONE: list[int] = []
+
+
+def hostile(row, endpoint):
+    """A plain (sync) agent in a worker thread: prompt 0 raises after its first turn, prompt 1 outlives its deadline
+    and then asks again (answered 410: the rollout still runs prompt 2's sessions), prompt 2 ends normally."""
+    import time
+
+    from openai import APIStatusError, OpenAI
+
+    client = OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
+    messages = [{"role": "user", "content": row["question"]}]
+    client.chat.completions.create(model=endpoint.model, messages=messages)
+    if row["id"] == 0:  # holds its slot for 3 s: prompt 2's sessions start after it (agent_concurrency=4)
+        time.sleep(3.0)
+        raise RuntimeError("the agent's own bug")
+    if row["id"] == 1:  # past its 5 s deadline, while prompt 2's sessions still run
+        time.sleep(5.5)
+        try:
+            client.chat.completions.create(model=endpoint.model, messages=messages)
+        except APIStatusError as exc:
+            GONE.append(exc.status_code)
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertion's message
+            GONE.append(repr(exc))
+    if row["id"] == 2:
+        time.sleep(3.5)  # within its deadline; the rollout still runs when prompt 1 asks again
+    return AgentResult(reward=1.0)
+
+
+def test_agents_that_raise_or_time_out_end_their_samples_and_the_rollout_goes_on(vllm_engine, tiny_tokenizer):
+    import time
+
+    gen = generator(vllm_engine, tiny_tokenizer, hostile)
+    gen.agents.settings = dataclasses.replace(gen.agents.settings, agent=AgentFunction(hostile, "test", False))
+    gen.agents.settings = dataclasses.replace(gen.agents.settings, timeout_s=5.0)
+    asyncio.run(generate(generator(vllm_engine, tiny_tokenizer, forgetful)))  # first use (imports, engine): untimed
+    scored = asyncio.run(generate(gen))
+    times = scored.env_times
+    assert times.errors == N and times.timeouts == N and times.no_requests == 0
+    by_prompt = {c.prompt_index: c for c in scored.completions}
+    assert "raised RuntimeError: the agent's own bug" in by_prompt[0].env_error and by_prompt[0].env_reward == 0.0
+    assert "deadline" in by_prompt[1].env_error and by_prompt[2].env_error is None and by_prompt[2].env_reward == 1.0
+    for c in scored.completions:  # each trained as it stands: its one model turn
+        assert c.loss_mask is None and len(c.turns) == 1
+    deadline = time.time() + 10
+    while len(GONE) < N and time.time() < deadline:  # the timed-out agents' threads ask once more after the deadline
+        time.sleep(0.2)
+    assert GONE == [410] * N
