@@ -1,5 +1,5 @@
 """The agent gateway: an OpenAI-compatible endpoint per rollout sample, so an agent program written with any framework
-trains unchanged (docs/agents.md, docs/agents_gateway_notes.md).
+trains unchanged (docs/agents.md).
 
 ``backend``: the contract between the gateway and the rollout owning the engines; ``sessions``: token-faithful
 trajectories (extends or forks, the budget; pure logic); ``framing``: the chat template's tokens; ``messages``: OpenAI
