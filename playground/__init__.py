@@ -25,8 +25,10 @@ GPU_RECIPES = (
 
 
 def rl_recipe_names() -> list[str]:
-    """Module names of the RL recipes (``sft_*`` modules are SFT recipes)."""
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith(("sft_", "_")))
+    """Module names of the RL recipes (``sft_*`` modules are SFT recipes; sub-packages such as ``agents`` hold the
+    programs recipes run, not recipes)."""
+    modules = pkgutil.iter_modules(__path__)
+    return sorted(m.name for m in modules if not m.ispkg and not m.name.startswith(("sft_", "_")))
 
 
 def recipe_config(name: str) -> type:
