@@ -64,6 +64,18 @@ class ArithmeticTask:
         digest = hashlib.sha1(f"{self.seed}:{a}:{b}".encode()).digest()
         return int.from_bytes(digest[:4], "big") < self.heldout_frac * 2**32
 
+    def repeat_reason(self, split: str) -> str | None:
+        """Why ``split`` repeats problems (see :func:`reasonrl.data.sources.repeats_by_design`)."""
+        if split != "train":
+            return None
+        pairs = (10**self.digits - 10 ** (self.digits - 1)) * (
+            10 ** (self.b_digits or self.digits) - 10 ** ((self.b_digits or self.digits) - 1)
+        )
+        return (
+            f"{self.train_size} problems drawn with replacement from ~{round(pairs * (1 - self.heldout_frac))} "
+            "training pairs (the held-out pairs never occur): a problem recurs by design"
+        )
+
     def problem(self, a: int, b: int) -> tuple[str, str]:
         symbol, fn = OPS[self.op]
         return f"{a}{symbol}{b}=", str(fn(a, b))

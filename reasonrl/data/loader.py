@@ -65,6 +65,7 @@ from reasonrl.data.sources import (
     hub_id_of,
     is_gym_text,
     parse_source,
+    repeats_by_design,
     resolve_source,
     split_refused,
 )
@@ -489,17 +490,20 @@ def load_rows(
         result.rows.append(row)
         if limit is not None and len(result.rows) >= limit:
             break
-    _report(result, text, path or hub, duplicates)
+    _report(result, text, path or hub, duplicates, repeats_by_design(path_text) if hub is None else None)
     return result
 
 
-def _report(result: LoadResult, text: str, path: Any, duplicates: str) -> None:
+def _report(result: LoadResult, text: str, path: Any, duplicates: str, by_design: str | None = None) -> None:
     """Log what was skipped and repeated; raise when the source gave no rows at all (``path``: the file or folder,
-    or the Hub id, read)."""
+    or the Hub id, read). ``by_design``: why a built-in generated source repeats rows on purpose; its repeats are
+    then a debug line with that reason, not a report."""
     what = str(path) if text == str(path) else f"{path} (data source {text!r})"
     if result.num_skipped:
         logger.warning(f"{what}: skipped {result.num_skipped} malformed row(s), kept {len(result.rows)}")
-    if result.num_duplicates:
+    if result.num_duplicates and by_design is not None:
+        logger.debug(f"{what}: {result.num_duplicates} repeated row(s): {by_design}")
+    elif result.num_duplicates:
         done = "dropped" if duplicates == "drop" else "kept (duplicates='drop' drops them)"
         logger.info(  # a report, not a fault: sampled and ORZ-style sets repeat problems
             f"{what}: {result.num_duplicates} duplicate row(s) {done}, each the same question and answer, or the same "

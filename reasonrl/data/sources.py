@@ -87,6 +87,19 @@ def resolve_source(source: str | os.PathLike) -> Path:
     return path
 
 
+def repeats_by_design(source: str) -> str | None:
+    """Why a built-in generated source repeats problems, when it does so on purpose (its training split draws
+    problems with replacement from a finite set: each is seen several times, as in any multi-epoch run), else None.
+    The loader then reports its repeats at debug level with this reason instead of as a finding."""
+    from reasonrl.data.arithmetic import GENERATED_DATASETS
+
+    if source not in GENERATED_DATASETS:
+        return None
+    task, split = GENERATED_DATASETS[source]
+    reason = getattr(task, "repeat_reason", None)
+    return reason(split) if reason is not None else None
+
+
 def is_saved_dataset(folder: Path) -> bool:
     """Whether ``folder`` is ``datasets`` ``save_to_disk`` output (a ``DatasetDict`` or a single ``Dataset``)."""
     return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()

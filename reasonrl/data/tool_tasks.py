@@ -98,6 +98,17 @@ class ToolMulTask:
         digest = hashlib.sha1(f"{self.seed}:{a}:{b}".encode()).digest()
         return int.from_bytes(digest[:4], "big") < self.heldout_frac * 2**32
 
+    def repeat_reason(self, split: str) -> str | None:
+        """Why ``split`` repeats problems (see :func:`reasonrl.data.sources.repeats_by_design`)."""
+        if split != "train":
+            return None
+        count = lambda lo, hi: 10**hi - 10 ** (lo - 1)  # noqa: E731 - numbers with lo..hi digits
+        pairs = count(*self.a_digits) * count(*self.b_digits)
+        return (
+            f"{self.train_size} problems drawn with replacement from ~{round(pairs * (1 - self.heldout_frac))} "
+            "training pairs (the held-out pairs never occur): a problem recurs by design"
+        )
+
     def pairs(self, split: str) -> list[tuple[int, int]]:
         """``train_size`` training pairs (drawn with replacement) or ``heldout_size`` distinct held-out pairs."""
         if split not in ("train", "heldout"):
@@ -141,6 +152,9 @@ class ToolTraceSet:
     @property
     def key(self) -> str:
         return f"{self.task.key}-sft-{'tool' if self.use_tool else 'notool'}"
+
+    def repeat_reason(self, split: str) -> str | None:
+        return self.task.repeat_reason(split)
 
     def rows(self, split: str) -> list[dict]:
         trace = tool_trace if self.use_tool else direct_trace

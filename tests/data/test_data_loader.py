@@ -223,6 +223,34 @@ def test_duplicates_are_counted_and_reported_and_kept_unless_dropped(tmp_path):
         load_rows(path, duplicates="remove")
 
 
+@pytest.mark.parametrize("source", ["arith_add2_train", "tool_mul_train", "tool_mul_sft_train"])
+def test_generated_training_sets_repeat_by_design_and_say_so_below_info(source):
+    """Issue 45: the demo's own generated training sets draw problems with replacement from a finite set, so they
+    repeat rows on purpose; that is a debug line with the reason, not an INFO report greeting a newcomer. The
+    repeats are still counted (the same rows load)."""
+    from loguru import logger
+
+    from reasonrl.data.arithmetic import GENERATED_DATASETS
+
+    task, split = GENERATED_DATASETS[source]
+    logs: list[tuple[str, str]] = []
+    sink = logger.add(lambda m: logs.append((m.record["level"].name, m.record["message"])), level="DEBUG")
+    try:
+        rows = load_rows(source)
+    finally:
+        logger.remove(sink)
+    distinct = {(r["question"], r["answer"]) for r in rows}
+    assert rows.num_duplicates == len(rows) - len(distinct) > 0  # counted as before: repeats of question and answer
+    about = [(level, m) for level, m in logs if "repeated row" in m or "duplicate row" in m]
+    assert [level for level, _ in about] == ["DEBUG"], about
+    assert f"{rows.num_duplicates} repeated row(s)" in about[0][1] and "by design" in about[0][1]
+    assert (
+        task.repeat_reason("heldout") is None
+        and f"{task.train_size if hasattr(task, 'train_size') else task.task.train_size} problems drawn with replacement"
+        in about[0][1]
+    )
+
+
 @pytest.mark.parametrize(
     "name, text, message",
     [
