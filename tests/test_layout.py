@@ -71,7 +71,14 @@ DISTRIBUTED_BUILDS_ON = {
     "reasonrl.utils",  # Hub cache, worker logs
 }
 # The modules at the top of reasonrl/ that users type (python -m ...): the only importers of the loop from outside it.
-ENTRY_POINTS = {"reasonrl.exp", "reasonrl.eval", "reasonrl.demo", "reasonrl.gpu_check", "reasonrl.prepare"}
+ENTRY_POINTS = {
+    "reasonrl.exp",
+    "reasonrl.eval",
+    "reasonrl.demo",
+    "reasonrl.gpu_check",
+    "reasonrl.prepare",
+    "reasonrl.reward_server",
+}
 # The run layer: between the entry points and the loop. It may import the loop; only the entry points import it.
 RUN_LAYER = "reasonrl.run"
 # What starts, restarts or checks a run before it starts: the run layer's, never imported by the loop, which holds the

@@ -222,6 +222,33 @@ class BasePPOExpConfig(DerivedValues):
         "(refuse to run without namespaces), 'none' (limits only; see docs/rewards_and_data.md)",
     )
     code_workers: int | None = _dat(None, "programs run at once by the sandbox; None = number of CPUs")
+    reward_url: str | None = _dat(
+        None,
+        "a reward service's score endpoint, e.g. http://127.0.0.1:8123/v1/score (python -m reasonrl.reward_server or "
+        "your own, protocol in docs/model_rewards.md): rows without data_source and rows with data_source=remote are "
+        "scored there; None = no service",
+    )
+    reward_url_secret_env: str | None = _dat(
+        "REASONRL_REWARD_SECRET",
+        "environment variable holding the service's shared secret (sent as Authorization: Bearer; the secret itself "
+        "is never a config field, configs are logged); none = a service without authentication",
+    )
+    reward_url_batch_size: int = _dat(64, "samples per request to reward_url (a batch is cut into such requests)")
+    reward_url_concurrency: int = _dat(4, "requests to reward_url in flight at once")
+    reward_url_timeout_s: float = _dat(
+        60.0, "deadline of one request to reward_url, the whole exchange (seconds); past it the request is retried"
+    )
+    reward_url_retries: int = _dat(
+        3,
+        "retries of a request after a connection error, timeout, 5xx/429 or a response that breaks the protocol "
+        "(a 4xx is not retried); then its samples score reward_url_failure_reward, counted in reward/remote_failed",
+    )
+    reward_url_backoff_s: float = _dat(
+        0.5, "first back-off before a retry (seconds), doubled each retry, times a random jitter in [0.5, 1)"
+    )
+    reward_url_failure_reward: float | None = _dat(
+        None, "reward of a sample whose request failed for good (counted in reward/remote_failed); None = wrong_reward"
+    )
 
     # ---------------------------------------------------------------------------------------------- rollout
     rollout_batch_size: int = _rol(128, "prompts per training step")

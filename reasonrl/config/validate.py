@@ -49,6 +49,7 @@ from reasonrl.config.probes import (
     _model_problems,
     _reward_fn_problems,
 )
+from reasonrl.config.remote_reward import reward_url_problems
 from reasonrl.config.resources import check_resources
 from reasonrl.config.zero_stages import CHOICES as ZERO_STAGE_CHOICES
 from reasonrl.config.zero_stages import stage_problems
@@ -228,6 +229,7 @@ def _check_data(cfg: BasePPOExpConfig, deep: bool = True, data_checks: DataCheck
             problems.append("data_fields: map at least 'question', 'answer' or 'tests' (or use None for automatic)")
     if cfg.reward_fn is not None:
         problems += _reward_fn_problems(cfg.reward_fn)
+    problems += reward_url_problems(cfg)
     if cfg.env_fn is not None and cfg.env_fn.strip():  # read with ast: refused before torch or the tokenizer load
         problems += _env_fn_problems(cfg.env_fn)
     if cfg.agent_fn is not None and cfg.agent_fn.strip():  # read with ast too: the import comes before Ray

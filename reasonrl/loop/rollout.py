@@ -22,6 +22,7 @@ from reasonrl.loop.generation import Generator
 from reasonrl.loop.multi_turn import multi_turn_metrics
 from reasonrl.loop.rollout_stream import KeptRelease
 from reasonrl.rewards.code import code_metrics
+from reasonrl.rewards.remote import remote_metrics
 from reasonrl.rewards.repetition import repetition_stats
 from reasonrl.utils.rng import derive_seed
 
@@ -264,7 +265,8 @@ class RolloutCollector:
 
 def rollout_metrics(completions: Sequence[Completion], results: Sequence, generate_max_len: int) -> dict[str, float]:
     """Reward (final: rule + reward model), accuracy, length and repetition figures of the trained samples, and the
-    ``reward/code_*`` verdict counts (:func:`reasonrl.rewards.code.code_metrics`) when some rows are code rows."""
+    ``reward/code_*`` verdict counts (:func:`reasonrl.rewards.code.code_metrics`) when some rows are code rows, the
+    ``reward/remote_*`` counts (:func:`reasonrl.rewards.remote.remote_metrics`) when some were scored by reward_url."""
     if not completions:
         return {}
     lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float32)
@@ -273,6 +275,7 @@ def rollout_metrics(completions: Sequence[Completion], results: Sequence, genera
     code = code_metrics(verdicts) if verdicts else {}
     return (
         code
+        | remote_metrics(results)
         | {
             "reward/mean": rewards.mean().item(),
             "reward/accuracy": sum(bool(r.correct) for r in results) / len(results),

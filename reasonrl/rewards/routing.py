@@ -8,7 +8,8 @@ does; the verifiers are :mod:`reasonrl.rewards.scorers` and :mod:`reasonrl.rewar
   ``data_source``             verifier
   ==========================  =====================================================================================
   absent / empty              a row with a ``gym`` reference (rows of a ``gym:`` source): ``gym``; otherwise the
-                              config default: ``user`` when ``reward_fn`` is set, else ``math``
+                              config default: ``remote`` when ``reward_url`` is set, ``user`` when ``reward_fn``
+                              is set (validation refuses both), else ``math``
   ``math``                    the ORZ math rule (:class:`~reasonrl.rewards.scorers.MathScorer`)
   ``exact_match``             :class:`~reasonrl.rewards.scorers.ExactMatchScorer`
   ``gym``                     :class:`~reasonrl.rewards.gym.GymRowScorer`; the row must carry its ``gym`` reference
@@ -18,6 +19,8 @@ does; the verifiers are :mod:`reasonrl.rewards.scorers` and :mod:`reasonrl.rewar
   ``code``                    :class:`~reasonrl.rewards.scorers.CodeScorer`: the program extracted from the completion
                               (:func:`reasonrl.rewards.code.extract_code`: the last closed fenced python block, else
                               the whole completion) runs against the row's ``tests`` in the sandbox
+  ``remote``                  the config's ``reward_url`` service (:class:`~reasonrl.rewards.remote.RemoteScorer`,
+                              the protocol of docs/model_rewards.md); a row can only pick it, never name a URL
   ==========================  =====================================================================================
 
   Anything else is refused by :func:`routing_problems` before training (call it on the loaded rows), and raises
@@ -42,6 +45,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reasonrl.rewards.gym import GYM_REF_KEYS, UNSAFE_TASKS, GymRowScorer, is_gym_reference
+from reasonrl.rewards.remote import RemoteScorer
 from reasonrl.rewards.scorers import CodeScorer, ExactMatchScorer, MathScorer, UserFnScorer
 from reasonrl.rewards.shaping import RewardResult
 
@@ -49,7 +53,7 @@ if TYPE_CHECKING:
     from reasonrl.dataplane.completion import Completion
 
 DATA_SOURCE_FIELD = "data_source"
-ROUTES = ("math", "exact_match", "gym", "gym:<task>", "user", "code")
+ROUTES = ("math", "exact_match", "gym", "gym:<task>", "user", "code", "remote")
 
 
 @dataclass(frozen=True)
@@ -69,15 +73,24 @@ NO_GYM_SOURCES = GymSources()
 
 
 def default_route(cfg) -> str:
-    """The verifier of rows without ``data_source``: ``user`` when the config sets ``reward_fn``, else ``math``."""
+    """The verifier of rows without ``data_source``: ``remote`` when the config sets ``reward_url``, ``user`` when
+    it sets ``reward_fn``, else ``math``."""
+    if getattr(cfg, "reward_url", None):
+        return "remote"
     return "user" if getattr(cfg, "reward_fn", None) else "math"
 
 
 def row_route(
-    row: Mapping[str, Any], default: str, *, user_fn: bool, allowed_unsafe: frozenset[str] = frozenset()
+    row: Mapping[str, Any],
+    default: str,
+    *,
+    user_fn: bool,
+    allowed_unsafe: frozenset[str] = frozenset(),
+    remote: bool = False,
 ) -> tuple[str, str | None]:
-    """``(verifier, gym task)`` of a row: verifier ``math`` / ``exact_match`` / ``gym`` / ``user`` (see the module
-    table), the task only for ``gym``. Raises ``ValueError`` saying what is wrong with the row's ``data_source``."""
+    """``(verifier, gym task)`` of a row: verifier ``math`` / ``exact_match`` / ``gym`` / ``user`` / ``code`` /
+    ``remote`` (see the module table), the task only for ``gym``. ``remote``: the config sets ``reward_url``.
+    Raises ``ValueError`` saying what is wrong with the row's ``data_source``."""
     value = row.get(DATA_SOURCE_FIELD)
     ref = row.get("gym")
     task = None
@@ -90,7 +103,7 @@ def row_route(
         kind = "gym" if ref is not None else default
     elif not isinstance(value, str):
         raise ValueError(f"{DATA_SOURCE_FIELD} {value!r} is a {type(value).__name__}; allowed: {', '.join(ROUTES)}")
-    elif value in ("math", "exact_match", "user"):
+    elif value in ("math", "exact_match", "user", "remote"):
         kind = value
     elif value == "code":
         kind = value
@@ -109,6 +122,10 @@ def row_route(
         raise ValueError(f"unknown {DATA_SOURCE_FIELD} {value!r}; allowed: {', '.join(ROUTES)}")
     if kind == "user" and not user_fn:
         raise ValueError(f"{DATA_SOURCE_FIELD} 'user' needs a reward function: set reward_fn in the config")
+    if kind == "remote" and not remote:
+        raise ValueError(
+            f"{DATA_SOURCE_FIELD} 'remote' needs a reward service: set reward_url in the config (docs/model_rewards.md)"
+        )
     if kind == "gym":
         task = task or ref["name"]
         if task in UNSAFE_TASKS and task not in allowed_unsafe:
@@ -140,6 +157,7 @@ def routing_problems(
 ) -> list[str]:
     """Problems of the loaded rows' ``data_source`` fields, one message per bad row (at most ``max_per_set`` per
     set, then a count), each naming the set, row index and id: an unknown value, ``user`` without ``reward_fn``,
+    ``remote`` without ``reward_url``,
     an ``eval``-based gym task the config does not allow, or a gym task reasoning-gym does not have. Cheap for
     rows without ``data_source`` or ``gym`` (reasoning-gym is imported only when some row names a task).
 
@@ -148,6 +166,7 @@ def routing_problems(
     gym=reasonrl.data.gym_source.gym_sources(cfg))``.
     """
     default, user_fn, allowed = default_route(cfg), bool(getattr(cfg, "reward_fn", None)), gym.allowed_unsafe
+    remote = bool(getattr(cfg, "reward_url", None))
     problems: list[str] = []
     tasks: dict[str, str] = {}  # gym task -> the first row naming it
     for set_name, rows in rows_by_set.items():
@@ -155,7 +174,7 @@ def routing_problems(
         for i, row in enumerate(rows):
             where = f"{set_name} row {i} (id {row.get('id')!r})"
             try:
-                kind, task = row_route(row, default, user_fn=user_fn, allowed_unsafe=allowed)
+                kind, task = row_route(row, default, user_fn=user_fn, allowed_unsafe=allowed, remote=remote)
             except ValueError as exc:
                 bad.append(f"{where}: {exc}")
                 continue
@@ -202,6 +221,8 @@ def _build_route(kind: str, cfg):
         return UserFnScorer(cfg.reward_fn)
     if kind == "code":
         return CodeScorer(cfg)
+    if kind == "remote":
+        return RemoteScorer.from_config(cfg)
     raise ValueError(f"unknown route {kind!r}")
 
 
@@ -218,6 +239,7 @@ class RoutingScorer:
         self.cfg = cfg
         self.default = default_route(cfg)
         self.user_fn = bool(getattr(cfg, "reward_fn", None))
+        self.remote = bool(getattr(cfg, "reward_url", None))
         self.allowed_unsafe = gym.allowed_unsafe
         self.scorers: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -241,7 +263,10 @@ class RoutingScorer:
         out = []
         for i, row in enumerate(rows):
             try:
-                out.append(row_route(row, self.default, user_fn=self.user_fn, allowed_unsafe=self.allowed_unsafe)[0])
+                kind, _ = row_route(
+                    row, self.default, user_fn=self.user_fn, allowed_unsafe=self.allowed_unsafe, remote=self.remote
+                )
+                out.append(kind)
             except ValueError as exc:
                 raise ValueError(f"row {i} (id {row.get('id')!r}): {exc}") from None
         return out
@@ -273,7 +298,7 @@ class RoutingScorer:
 
 
 def build_scorer(cfg, gym: GymSources = NO_GYM_SOURCES) -> RoutingScorer:
-    """The trainer's scorer: a :class:`RoutingScorer` whose default is ``cfg.reward_fn`` if set, else the ORZ
-    math reward (rows route elsewhere only through ``data_source`` or a ``gym`` reference). ``gym``: the config's
-    ``gym:`` sources as :func:`reasonrl.data.gym_source.gym_sources` reads them."""
+    """The trainer's scorer: a :class:`RoutingScorer` whose default is the ``cfg.reward_url`` service if set, else
+    ``cfg.reward_fn`` if set, else the ORZ math reward (rows route elsewhere only through ``data_source`` or a ``gym``
+    reference). ``gym``: the config's ``gym:`` sources as :func:`reasonrl.data.gym_source.gym_sources` reads them."""
     return RoutingScorer(cfg, gym)

@@ -85,6 +85,7 @@ class RewardResult:
     code_verdict: Any = None  # ``reasonrl.rewards.code.CodeVerdict`` of a code row (tests passed/total, status)
     env_reward: float = 0.0  # multi-turn: the environment's per-turn rewards, summed (:func:`final_reward` adds them)
     scored_reward: float | None = None  # the scorer's reward (outcome + shaping), kept once :func:`final_reward` ran
+    remote: Any = None  # ``reasonrl.rewards.remote.RemoteOutcome`` of a remotely scored sample (reward/remote_*)
 
 
 _THINK_CLOSE = "</think>"

@@ -206,6 +206,13 @@ SCALARS: tuple[Scalar, ...] = (
         "it is part of reward/mean and of what dynamic sampling filters on",
     ),
     Scalar("reward/rule_mean", "mean rule (or reward_fn) reward alone, when a reward model adds its score"),
+    # remote rewards (reward_url set; docs/model_rewards.md)
+    Scalar(
+        "reward/remote_failed",
+        "reward_url: samples whose request failed after every retry (scored reward_url_failure_reward)",
+    ),
+    Scalar("reward/remote_retries", "reward_url: retries of the requests that scored the step's samples"),
+    Scalar("reward/remote_seconds", "reward_url: the slowest request's seconds (retries and back-off included)"),
     Scalar("reward/greedy_baseline_mean", "remax: mean final reward of the greedy response per prompt"),
     # multi-turn rollouts (env_fn set; docs/multi_turn.md)
     Scalar("multi_turn/turns_mean", "model turns per sample"),
