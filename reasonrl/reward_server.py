@@ -115,7 +115,10 @@ class RewardService:
                 raise ProtocolError(f"is malformed: {exc}", index=i, field="row.tests") from None
 
     def score(self, items: Sequence[ScoreItem]) -> list[dict[str, Any]]:
-        """The response entries of ``items``, one batch at a time (the scorers are not shared across threads)."""
+        """The response entries of ``items``, one batch at a time (the scorers are not shared across threads). No
+        items, no scoring: that is the client's probe (``RemoteScorer.wait_ready``)."""
+        if not items:
+            return []
         with self._lock:
             results = self.scorer(list(items), [item.row for item in items])
             self.batches, self.items = self.batches + 1, self.items + len(items)

@@ -112,10 +112,17 @@ def maj_at_k(
 def vote_keys(results: Sequence) -> list[str | None] | None:
     """:func:`answer_vote_key` of each scorer result's ``extracted`` answer, or None when the scorer extracts no
     answers to vote on (a user reward function: ``reason`` is ``user_fn``; a code row: ``code_verdict`` is set and
-    ``extracted`` is a program): then ``maj@k`` is not reported."""
-    if all(getattr(r, "reason", None) == "user_fn" or getattr(r, "code_verdict", None) is not None for r in results):
+    ``extracted`` is a program; a reward service that sent no ``info.extracted``): then ``maj@k`` is not reported."""
+    if all(_no_vote(r) for r in results):
         return None
     return [answer_vote_key(getattr(r, "extracted", None)) for r in results]
+
+
+def _no_vote(result) -> bool:
+    """A result without an answer to vote on (:func:`vote_keys`)."""
+    if getattr(result, "reason", None) == "user_fn" or getattr(result, "code_verdict", None) is not None:
+        return True
+    return getattr(result, "remote", None) is not None and getattr(result, "extracted", None) is None
 
 
 def summarize_eval(

@@ -234,6 +234,19 @@ class RemoteScorer:
         except ProtocolError as exc:
             raise _Retryable(f"a response that breaks the protocol: {exc}") from None
 
+    def wait_ready(self) -> None:
+        """Probe the service before the run starts (``BasePPOExp`` calls it before Ray): a request of no items, with
+        the retries of a scoring request, must come back as no results. Raises ``RuntimeError`` naming ``reward_url``
+        and the last error (refused connection, 401 for a wrong secret, an answer that breaks the protocol), so that
+        a run never starts to score every sample ``failure_reward``."""
+        (scored, outcome), *_ = _run(self._score_all([], [range(0)]))
+        if scored is None:
+            raise RuntimeError(
+                f"reward_url {self.settings.url}: the reward service does not answer as the protocol says "
+                f"({outcome.error}); start it (python -m reasonrl.reward_server) or fix reward_url / its secret "
+                "(docs/model_rewards.md)"
+            )
+
     def close(self) -> None:
         """Nothing to release: each call opens and closes its own connections."""
 

@@ -114,7 +114,7 @@ def _parse_item(i: int, item: Any) -> ScoreItem:
     if not isinstance(row, dict):
         raise ProtocolError(f"must be an object, got {type(row).__name__}", index=i, field="row")
     row = dict(row)
-    row.setdefault("answer", item["answer"])
+    row["answer"] = item["answer"]  # the item's gold is the one scored (a scorer reads row["answer"])
     return ScoreItem(item["response"], item["answer"], source, item["finish_reason"], item["response_length"], row)
 
 

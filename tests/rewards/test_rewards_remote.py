@@ -6,7 +6,9 @@ the documented value, never a silent zero."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 import subprocess
 import sys
 import textwrap
@@ -18,10 +20,11 @@ from pathlib import Path
 import pytest
 
 from reasonrl.dataplane.completion import Completion
+from reasonrl.loop.eval_metrics import vote_keys
 from reasonrl.reward_server import RewardServer, RewardService, build_reward
 from reasonrl.rewards.remote import FAILED_REASON, RemoteScorer, RemoteSettings, remote_metrics
 from reasonrl.rewards.routing import RoutingScorer, routing_problems
-from reasonrl.rewards.shaping import RewardConfig, score_responses
+from reasonrl.rewards.shaping import RewardConfig, RewardResult, score_responses
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "remote_rewards.py"
 SECRET = "test-secret-0123"
@@ -122,6 +125,30 @@ def test_a_remote_row_without_reward_url_is_refused_before_training():
     (problem,) = routing_problems(TinyPPOCPUConfig(reward_fn=None), {"train_data": rows})
     assert problem.startswith("train_data row 1 (id 'r'): data_source 'remote' needs a reward service"), problem
     assert "set reward_url" in problem
+
+
+def test_wait_ready_probes_the_service_before_the_run(fn_server):
+    client(fn_server.url).wait_ready()  # a request of no items, answered with no results
+    with pytest.raises(
+        RuntimeError, match=r"reward_url .*: the reward service does not answer.*HTTP 401 \(not retried\)"
+    ):
+        client(fn_server.url, secret="wrong").wait_ready()
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1/score"
+    with pytest.raises(RuntimeError, match="ConnectError.*start it \\(python -m reasonrl.reward_server\\)"):
+        client(dead, retries=1).wait_ready()
+
+
+def test_a_caller_inside_an_event_loop_and_maj_at_k(fn_server):
+    async def score_in_a_loop():  # e.g. a notebook cell: the scorer runs its own loop in a helper thread
+        return client(fn_server.url)([completion("ai"), completion("b")], [{"answer": "-"}] * 2)
+
+    results = asyncio.run(score_in_a_loop())
+    assert [r.reward for r in results] == [1.0, 0.0]
+    assert vote_keys(results) is None  # no info.extracted from this service: maj@k is not reported
+    voted = [RewardResult(1.0, True, "correct", extracted="12", remote=results[0].remote)]
+    assert vote_keys(voted) == ["12"]
 
 
 # -- hostile servers ------------------------------------------------------------------------------------------------
