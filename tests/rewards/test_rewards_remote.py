@@ -21,10 +21,12 @@ import pytest
 
 from reasonrl.dataplane.completion import Completion
 from reasonrl.loop.eval_metrics import vote_keys
+from reasonrl.loop.rollout import rollout_metrics
 from reasonrl.reward_server import RewardServer, RewardService, build_reward
 from reasonrl.rewards.remote import FAILED_REASON, RemoteScorer, RemoteSettings, remote_metrics
 from reasonrl.rewards.routing import RoutingScorer, routing_problems
 from reasonrl.rewards.shaping import RewardConfig, RewardResult, score_responses
+from reasonrl.utils.scalars import known_scalar
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "remote_rewards.py"
 SECRET = "test-secret-0123"
@@ -116,6 +118,9 @@ def test_routing_sends_default_and_remote_rows_to_the_service(fn_server, monkeyp
         scorer.close()
     assert [(r.reward, r.reason) for r in results] == [(1.0, "user_fn"), (1.0, "correct"), (0.5, "user_fn")]
     assert [r.remote is not None for r in results] == [True, False, True]
+    metrics = rollout_metrics([completion("aa"), completion("x"), completion("ab")], results, generate_max_len=8)
+    assert (metrics["reward/remote_failed"], metrics["reward/remote_retries"]) == (0.0, 0.0)  # the step's metrics
+    assert all(known_scalar(name) for name in metrics if name.startswith("reward/remote_"))  # documented scalars
 
 
 def test_a_remote_row_without_reward_url_is_refused_before_training():
