@@ -9,6 +9,7 @@ Modules, one job each:
 * ``aggregation``   loss aggregation modes (``AGG_MODES``, ``aggregate_loss``)
 * ``kl``            KL estimators (``KL_ESTIMATORS``), KL loss / KL-in-reward, KL controllers
 * ``entropy``       chunked entropy from logits, entropy bonus, Skywork-OR1 adaptive entropy controller
+* ``distill``       on-policy distillation: the teacher's per-token reward and where it enters the advantages
 * ``dapo``          DAPO soft overlong punishment and zero-variance group filter
 * ``rollout_correction`` rollout-vs-trainer importance weights (TIS / MIS, ``ROLLOUT_CORRECTION_MODES``) and metrics
 * ``utils``         masked statistics, whitening, prompt-group statistics
@@ -34,6 +35,12 @@ from reasonrl.algos.advantages import (
 )
 from reasonrl.algos.aggregation import AGG_MODES, aggregate_loss, check_agg_mode, count_tokens_and_seqs
 from reasonrl.algos.dapo import dynamic_sampling_keep_mask, soft_overlong_punishment, zero_variance_groups
+from reasonrl.algos.distill import (
+    SEQUENCE_SCORE_ESTIMATORS,
+    distill_advantage_route,
+    distill_metrics,
+    distill_token_rewards,
+)
 from reasonrl.algos.entropy import AdaptiveEntropyController, entropy_bonus, entropy_from_logits
 from reasonrl.algos.kl import (
     KL_ESTIMATORS,
@@ -78,6 +85,7 @@ __all__ = [
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
     "ROLLOUT_CORRECTION_MODES",
+    "SEQUENCE_SCORE_ESTIMATORS",
     "WHITENED_BY_DEFINITION",
     "AdaptiveEntropyController",
     "AdaptiveKLController",
@@ -88,6 +96,9 @@ __all__ = [
     "cispo_policy_loss",
     "compute_advantages",
     "count_tokens_and_seqs",
+    "distill_advantage_route",
+    "distill_metrics",
+    "distill_token_rewards",
     "dr_grpo_advantages",
     "dynamic_sampling_keep_mask",
     "entropy_bonus",

@@ -132,6 +132,13 @@ class BasePPOExpConfig(DerivedValues):
         "LoRA rank r of the policy's adapters (PEFT; docs/lora.md); 0 = train every weight. With adapters the "
         "reference is the policy with its adapter switched off (no reference worker, no second copy of the weights)",
     )
+    teacher_pretrain: str | None = _mod(
+        None,
+        "on-policy distillation (docs/algorithms.md): the frozen teacher model (same forms as pretrain; the same "
+        "tokenizer as pretrain, checked before start-up); its log-probs of the student's sampled tokens give the "
+        "per-token reward -distill_coef * (log pi_student - log pi_teacher). Placed exactly as the reference "
+        "(ref_num_nodes x ref_devices_per_node, colocated as it is), next to it; None = no teacher",
+    )
     lora_alpha: float = _mod(16.0, "LoRA alpha: the adapter's update is scaled by lora_alpha / lora_rank")
     lora_dropout: float = _mod(
         0.0, "dropout on the adapters' input: must be 0 in RL (it would skew the PPO ratio); SFT takes [0, 1)"
@@ -377,6 +384,14 @@ class BasePPOExpConfig(DerivedValues):
     entropy_target: float = _alg(0.2, "target entropy of the adaptive controller")
     entropy_coef_delta: float = _alg(1e-4, "adaptive entropy: coefficient step per update")
     entropy_coef_min: float = _alg(0.0, "adaptive entropy: lower bound of the coefficient")
+    distill_coef: float = _alg(
+        1.0, "teacher_pretrain: scale of the per-token distillation reward -(log pi_student - log pi_teacher), > 0"
+    )
+    distill_outcome_reward: bool = _alg(
+        True,
+        "teacher_pretrain: keep the outcome reward (the rule / reward model) next to the distillation reward; "
+        "false = distillation alone",
+    )
     entropy_coef_max: float = _alg(5e-3, "adaptive entropy: upper bound of the coefficient")
     dynamic_sampling: bool = _alg(False, "DAPO: drop prompt groups whose rewards are all equal and sample more")
     max_sampling_tries: int = _alg(3, "dynamic sampling: generation rounds per step before training on what is left")

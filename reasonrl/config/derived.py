@@ -37,6 +37,11 @@ class DerivedValues:
         return self.kl_mode != "none"
 
     @property
+    def use_teacher(self) -> bool:
+        """True iff a distillation teacher runs (``teacher_pretrain`` set): a frozen role placed as the reference."""
+        return self.teacher_pretrain is not None
+
+    @property
     def use_lora(self) -> bool:
         """True iff the policy trains LoRA adapters (``lora_rank > 0``) instead of every weight."""
         return self.lora_rank > 0
@@ -110,8 +115,8 @@ class DerivedValues:
         """True when the old-policy log-probs equal the current policy's at update time, so the old-log-prob
         forward is skipped and the update uses its own log-probs, detached (verl's on-policy shortcut): ONE policy
         optimizer step per rollout (nothing changes the weights between that forward and the update) and no KL in
-        the reward (which needs the old log-probs before the update)."""
-        return self.policy_optimizer_steps_per_rollout == 1 and self.kl_mode != "reward"
+        the reward or distillation reward (which need the old log-probs before the update)."""
+        return self.policy_optimizer_steps_per_rollout == 1 and self.kl_mode != "reward" and not self.use_teacher
 
     @property
     def critic_optimizer_steps_per_rollout(self) -> int:

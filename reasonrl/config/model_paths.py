@@ -134,7 +134,12 @@ def _snapshot_folder(field: str, value: str, repo_id: str, revision: str | None)
 
 
 # ------------------------------------------------------------------------------------------ pinning
-MODEL_FIELDS = ("pretrain", "critic_pretrain", "reward_pretrain")  # the model fields of a config (SFT: pretrain)
+MODEL_FIELDS = (
+    "pretrain",
+    "critic_pretrain",
+    "reward_pretrain",
+    "teacher_pretrain",
+)  # the model fields of a config (SFT: pretrain)
 PINNED_FROM = "_pinned_from"  # saved-config key: {field: the value the user gave} for each field pinned by the run
 
 

@@ -22,6 +22,7 @@ from reasonrl.config.consistency import (
     _check_sync_transport,
 )
 from reasonrl.config.convert import _BadValue, _convert, _type_hints, _type_name
+from reasonrl.config.distill import distill_problems
 from reasonrl.config.errors import ConfigError, _close
 from reasonrl.config.model_paths import MODEL_FIELDS, uncached_hub_note
 from reasonrl.config.names import (
@@ -141,6 +142,7 @@ def _check_models(cfg: BasePPOExpConfig) -> list[str]:
             "folder in reward_pretrain, or set reward_num_nodes=0"
         )
     return problems
+    problems += distill_problems(cfg)  # teacher_pretrain and its fields (on-policy distillation)
 
 
 def _check_names(cfg: BasePPOExpConfig) -> list[str]:

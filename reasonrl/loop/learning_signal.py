@@ -1,10 +1,20 @@
 """From one step's rewards to its advantages, and a check that the step carries any learning signal at all.
 
-    token rewards  r_{i,t} = R_i at the last response token of sample i (0 elsewhere)
+    token rewards  r_{i,t} = R_i at the last response token of sample i (0 elsewhere; with a teacher and
+                             distill_outcome_reward=false, R_i is not used: 0)
                              - kl_coef * KL_t(pi_old || pi_ref)          (only with kl_mode='reward')
+                             + r^D_{i,t}                                 (teacher_pretrain, estimators whose route
+                                                                          is "token_rewards": gae, reinforce_plus_plus,
+                                                                          remax)
     advantages     A = estimator(r, mask, values, group ids, greedy baselines), then the batch normalisation
                    rule of ``reasonrl.algos.compute_advantages`` (gae: whitened; estimators with a per-sample
                    baseline: scaled only, so a prompt group whose samples all got the same reward keeps A = 0)
+                   + r^D_{i,t}                                           (teacher_pretrain, sequence-score
+                                                                          estimators: grpo, dr_grpo, rloo,
+                                                                          reinforce_plus_plus_baseline)
+
+    where r^D_{i,t} = -distill_coef * (log pi_old - log pi_teacher)_{i,t} on the loss tokens
+    (:func:`reasonrl.algos.distill_token_rewards`; where it enters: :func:`reasonrl.algos.distill_advantage_route`).
 
 :func:`step_advantages` is the one place the trainer turns a config into advantages; tests call it with every
 recipe's resolved config. :class:`NoSignalMonitor` warns when a step's advantages are all zero (the policy gets a
@@ -42,6 +52,7 @@ def step_advantages(
     group_ids: Sequence[int] | torch.Tensor | None = None,
     baseline_rewards: torch.Tensor | None = None,
     kl_coef: float = 0.0,
+    teacher_logprobs: torch.Tensor | None = None,
 ) -> StepAdvantages:
     """Advantages of one rollout batch exactly as the trainer computes them for ``cfg``.
 
@@ -53,10 +64,27 @@ def step_advantages(
         group_ids: [batch] prompt-group id per sample (group estimators).
         baseline_rewards: [batch] reward of the greedy response to the sample's prompt (remax).
         kl_coef: current KL coefficient (used with ``kl_mode='reward'``).
+        teacher_logprobs: [batch, T] the teacher's log-probs of the sampled tokens (``teacher_pretrain``), or None.
     """
     mask = action_mask.bool()
-    token_rewards = algos.outcome_to_token_rewards(rewards.float(), mask)  # [batch, T]
+    distilling = cfg.teacher_pretrain is not None
+    if distilling and (teacher_logprobs is None or old_logprobs is None):
+        raise ValueError(
+            "teacher_pretrain is set, so the step needs the teacher's and the rollout policy's log-probs of the "
+            f"sampled tokens; got teacher_logprobs={'None' if teacher_logprobs is None else 'a tensor'}, "
+            f"old_logprobs={'None' if old_logprobs is None else 'a tensor'}"
+        )
+    outcome = rewards.float() if not distilling or cfg.distill_outcome_reward else torch.zeros_like(rewards.float())
+    token_rewards = algos.outcome_to_token_rewards(outcome, mask)  # [batch, T]
     metrics: dict[str, float] = {}
+    distill_rewards = None
+    if distilling:
+        distill_rewards, reverse_kl = algos.distill_token_rewards(
+            old_logprobs, teacher_logprobs, mask, cfg.distill_coef
+        )  # [batch, T] each
+        metrics |= algos.distill_metrics(reverse_kl, distill_rewards, mask)
+        if algos.distill_advantage_route(cfg.advantage_estimator) == "token_rewards":
+            token_rewards = token_rewards + distill_rewards
     kl_mean = None
     if ref_logprobs is not None and old_logprobs is not None:
         kl = algos.kl_penalty(old_logprobs, ref_logprobs, cfg.kl_estimator) * mask  # [batch, T]
@@ -77,6 +105,9 @@ def step_advantages(
         eps=cfg.grpo_eps,
         norm_by_std=cfg.grpo_norm_by_std,
     )
+    if distill_rewards is not None and algos.distill_advantage_route(cfg.advantage_estimator) == "after":
+        adv = adv + distill_rewards  # per token, after the group normalisation: never summed, never normalised
+        returns = adv.clone()  # the outcome estimators' returns equal their advantages
     valid = adv[mask]
     metrics |= {"adv/mean": valid.mean().item(), "adv/std": valid.std().item() if valid.numel() > 1 else 0.0}
     metrics |= {"adv/max": valid.max().item(), "adv/min": valid.min().item()}
