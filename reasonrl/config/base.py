@@ -96,6 +96,11 @@ class BasePPOExpConfig(DerivedValues):
         "'auto' (resolved on each worker: flash_attention_2 on a GPU in bf16 where flash_attn imports, else sdpa), "
         "'flash_attention_2', 'sdpa', 'eager'",
     )
+    sequence_parallel_size: int = _res(
+        1,
+        "Ulysses sequence parallelism: ranks that share each sequence (policy, reference, critic); must divide the "
+        "heads and each role's ranks. Not yet wired into the training workers: only 1 accepted (docs/distributed.md)",
+    )
     ref_offload_params: bool = _res(False, "ZeRO-3 parameter offload to CPU for the frozen models (ref, reward)")
     optimizer_offload: bool = _res(False, "ZeRO-Offload of optimizer states to CPU (policy, critic)")
     vllm_gpu_memory_utilization: float = _res(0.85, "fraction of device memory vLLM may use, in (0, 1]")

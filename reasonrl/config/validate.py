@@ -52,6 +52,7 @@ from reasonrl.config.probes import (
 )
 from reasonrl.config.remote_reward import reward_url_problems
 from reasonrl.config.resources import check_resources
+from reasonrl.config.sequence_parallel import sequence_parallel_problems
 from reasonrl.config.zero_stages import CHOICES as ZERO_STAGE_CHOICES
 from reasonrl.config.zero_stages import stage_problems
 from reasonrl.utils.hints import empty_item_problem
@@ -179,6 +180,7 @@ def _check_names(cfg: BasePPOExpConfig) -> list[str]:
             "attn_implementation='flash_attention_2' runs in bf16/fp16 only and bf16=false trains in float32: set "
             "bf16=true, or attn_implementation=auto (sdpa in float32)"
         )
+    problems += sequence_parallel_problems(cfg)  # Ulysses: heads and ranks divisible, wired or not
     if cfg.sync_transport == "ipc" and not cfg.colocate_all:
         problems.append(
             "sync_transport='ipc' hands each engine worker the weights of the policy rank on its own device, so it "

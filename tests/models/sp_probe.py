@@ -2,7 +2,8 @@
 
 Every rank loads the tiny Qwen2 model (fp32) twice: a plain copy (the SP = 1 reference, transformers' own sdpa or
 eager attention on the whole micro-batch) and a copy switched to Ulysses attention, run on half the positions.
-For each case (layout padded / packed, core sdpa / eager) it measures the max abs difference of
+For each case (layout padded / packed, core sdpa / eager; and padded sdpa with activation checkpointing) it
+measures the max abs difference of
 
 * per-token log-probs (temperature 0.7) and entropies on the response grid;
 * the parameter gradients of a GRPO-like loss (clipped ratio surrogate with per-sample advantages, a loss mask
@@ -88,11 +89,17 @@ def main(rank: int, world: int, store_path: str, out: str) -> None:
     path = tiny_model_path()
     samples = _samples()
     results = {}
-    for layout, core in (("padded", "sdpa"), ("packed", "sdpa"), ("padded", "eager"), ("packed", "eager")):
+    cases = [("padded", "sdpa", False), ("packed", "sdpa", False), ("padded", "eager", False)]
+    cases += [("packed", "eager", False), ("padded", "sdpa", True)]
+    for layout, core, recompute in cases:
         batch = pad_batch(samples, pad_token_id=0) if layout == "padded" else pack_batch(samples)
         ref = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=core)
         sp = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=core)
         use_ulysses_attention(sp, core)
+        if recompute:  # activation checkpointing (the policy's default): the layers rerun in backward, in train mode
+            for model in (ref, sp):
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                model.train()
         lp_ref, ent_ref = response_logprobs(ref, batch, temperature=0.7, with_entropy=True)
         lp_sp, ent_sp = sp_response_logprobs(sp, batch, group, temperature=0.7, with_entropy=True, chunk_size=4)
         _policy_loss(lp_ref, ent_ref, batch.action_mask).backward()
@@ -112,7 +119,7 @@ def main(rank: int, world: int, store_path: str, out: str) -> None:
         _value_loss(v_sp, batch.action_mask).backward()
         case["values"] = (v_sp - v_ref).abs().max().item()
         case["critic_grads"] = _grad_diff(critic_sp, critic_ref, group)
-        results[f"{layout}-{core}"] = case
+        results[f"{layout}-{core}{'-checkpointed' if recompute else ''}"] = case
     if rank == 0:
         with open(out, "w") as f:
             json.dump(results, f)

@@ -21,7 +21,7 @@ import torch
 from reasonrl.models.batching import pack_batch, pad_batch
 
 PROBE = Path(__file__).with_name("sp_probe.py")
-CASES = ("padded-sdpa", "packed-sdpa", "padded-eager", "packed-eager")
+CASES = ("padded-sdpa", "packed-sdpa", "padded-eager", "packed-eager", "padded-sdpa-checkpointed")
 # float32 reduction order differs between the split and the whole sequence (module docstring)
 TOL = 1e-5
 
