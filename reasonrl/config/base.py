@@ -132,17 +132,17 @@ class BasePPOExpConfig(DerivedValues):
     reward_pretrain: str | None = _mod(
         None, "reward model folder (needs reward_num_nodes >= 1); None = rule-based reward only"
     )
-    lora_rank: int = _mod(
-        0,
-        "LoRA rank r of the policy's adapters (PEFT; docs/lora.md); 0 = train every weight. With adapters the "
-        "reference is the policy with its adapter switched off (no reference worker, no second copy of the weights)",
-    )
     teacher_pretrain: str | None = _mod(
         None,
         "on-policy distillation (docs/algorithms.md): the frozen teacher model (same forms as pretrain; the same "
         "tokenizer as pretrain, checked before start-up); its log-probs of the student's sampled tokens give the "
         "per-token reward -distill_coef * (log pi_student - log pi_teacher). Placed exactly as the reference "
         "(ref_num_nodes x ref_devices_per_node, colocated as it is), next to it; None = no teacher",
+    )
+    lora_rank: int = _mod(
+        0,
+        "LoRA rank r of the policy's adapters (PEFT; docs/lora.md); 0 = train every weight. With adapters the "
+        "reference is the policy with its adapter switched off (no reference worker, no second copy of the weights)",
     )
     lora_alpha: float = _mod(16.0, "LoRA alpha: the adapter's update is scaled by lora_alpha / lora_rank")
     lora_dropout: float = _mod(
@@ -384,11 +384,6 @@ class BasePPOExpConfig(DerivedValues):
     kl_controller: str = _alg("fixed", "'fixed' or 'adaptive' (Ziegler et al.; needs kl_target)")
     kl_target: float | None = _alg(None, "target KL of the adaptive controller")
     kl_horizon: int = _alg(10000, "horizon of the adaptive KL controller")
-    entropy_coef: float = _alg(0.0, "entropy bonus coefficient (initial value when adaptive_entropy)")
-    adaptive_entropy: bool = _alg(False, "Skywork-OR1 adaptive entropy control towards entropy_target")
-    entropy_target: float = _alg(0.2, "target entropy of the adaptive controller")
-    entropy_coef_delta: float = _alg(1e-4, "adaptive entropy: coefficient step per update")
-    entropy_coef_min: float = _alg(0.0, "adaptive entropy: lower bound of the coefficient")
     distill_coef: float = _alg(
         1.0, "teacher_pretrain: scale of the per-token distillation reward -(log pi_student - log pi_teacher), > 0"
     )
@@ -397,6 +392,11 @@ class BasePPOExpConfig(DerivedValues):
         "teacher_pretrain: keep the outcome reward (the rule / reward model) next to the distillation reward; "
         "false = distillation alone",
     )
+    entropy_coef: float = _alg(0.0, "entropy bonus coefficient (initial value when adaptive_entropy)")
+    adaptive_entropy: bool = _alg(False, "Skywork-OR1 adaptive entropy control towards entropy_target")
+    entropy_target: float = _alg(0.2, "target entropy of the adaptive controller")
+    entropy_coef_delta: float = _alg(1e-4, "adaptive entropy: coefficient step per update")
+    entropy_coef_min: float = _alg(0.0, "adaptive entropy: lower bound of the coefficient")
     entropy_coef_max: float = _alg(5e-3, "adaptive entropy: upper bound of the coefficient")
     dynamic_sampling: bool = _alg(False, "DAPO: drop prompt groups whose rewards are all equal and sample more")
     max_sampling_tries: int = _alg(3, "dynamic sampling: generation rounds per step before training on what is left")

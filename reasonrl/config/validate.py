@@ -142,8 +142,8 @@ def _check_models(cfg: BasePPOExpConfig) -> list[str]:
             f"reward_num_nodes={cfg.reward_num_nodes} but reward_pretrain is not set: give the reward model "
             "folder in reward_pretrain, or set reward_num_nodes=0"
         )
-    return problems
     problems += distill_problems(cfg)  # teacher_pretrain and its fields (on-policy distillation)
+    return problems
 
 
 def _check_names(cfg: BasePPOExpConfig) -> list[str]:
