@@ -57,6 +57,7 @@ SLOWEST_FILES = (
     "tests/distributed/test_distributed_ppo_workers.py",  # 40
     "tests/loop/test_trainer.py",  # 38
     "tests/distributed/test_distributed_lora.py",  # 34
+    "tests/loop/test_distill_run.py",  # 32 (measured alone)
     "tests/loop/test_trainer_features.py",  # 31
     "tests/sft/test_sft_trainer.py",  # 31
     "tests/test_gpu_check.py",  # 28

@@ -21,6 +21,8 @@ def role_resources(cfg: BasePPOExpConfig) -> dict[str, Any]:
     return {
         "policy": RoleResources(cfg.policy_num_nodes, cfg.policy_devices_per_node),
         "ref": role(cfg.use_reference and not cfg.reference_in_policy, cfg.ref_num_nodes, cfg.ref_devices_per_node),
+        # the distillation teacher is placed exactly as the reference: its shape, its colocation
+        "teacher": role(cfg.use_teacher, cfg.ref_num_nodes, cfg.ref_devices_per_node),
         "critic": role(cfg.use_critic, cfg.critic_num_nodes, cfg.critic_devices_per_node),
         "reward": role(cfg.use_reward_model, cfg.reward_num_nodes, cfg.reward_devices_per_node),
         "vllm": VLLMResources(cfg.vllm_num_engines, cfg.vllm_tensor_parallel_size),
@@ -46,9 +48,12 @@ def placement_requests(cfg: BasePPOExpConfig, device: str | None = None) -> list
 
 def role_model(cfg: BasePPOExpConfig, role: str) -> str | None:
     """The model field value a role loads: ``pretrain`` for policy, ref and the vLLM engines, ``critic_pretrain``
-    (else ``pretrain``) for the critic, ``reward_pretrain`` for the reward model."""
+    (else ``pretrain``) for the critic, ``reward_pretrain`` for the reward model, ``teacher_pretrain`` for the
+    distillation teacher."""
     if role == "critic":
         return cfg.critic_pretrain or cfg.pretrain
+    if role == "teacher":
+        return cfg.teacher_pretrain
     return cfg.reward_pretrain if role == "reward" else cfg.pretrain
 
 

@@ -110,8 +110,10 @@ def sizes_text(cfg: BasePPOExpConfig) -> str:
     parts = [
         f"{role}_num_nodes={r.num_nodes} {role}_devices_per_node={r.devices_per_node}"
         for role, r in res.items()
-        if role != "vllm" and r.enabled
+        if role not in ("vllm", "teacher") and r.enabled
     ]
+    if res["teacher"].enabled:  # sized by the reference's fields
+        parts.append(f"teacher as ref_num_nodes={cfg.ref_num_nodes} ref_devices_per_node={cfg.ref_devices_per_node}")
     parts.append(f"vllm_num_engines={cfg.vllm_num_engines} vllm_tensor_parallel_size={cfg.vllm_tensor_parallel_size}")
     flags = [name for name in ("colocate_all", "colocate_policy_ref", "colocate_critic_reward") if getattr(cfg, name)]
     return ", ".join(parts) + (f", {'+'.join(flags)}=true" if flags else ", no colocation")

@@ -36,15 +36,17 @@ CHOICES = (AUTO, *STAGES)
 """What the ``zero_stage`` field accepts."""
 PRE_AUTO_DEFAULT = 3
 """The default of ``zero_stage`` before ``auto`` (checkpoints whose config does not record the field)."""
-ROLES = ("policy", "ref", "critic", "reward")
+ROLES = ("policy", "ref", "teacher", "critic", "reward")
 TRAINED_ROLES = ("policy", "critic")
 
 
 def role_world_size(cfg: Any, role: str) -> int:
-    """Ranks of ``role``: its ``<role>_num_nodes x <role>_devices_per_node`` (as ``BasePPOExpConfig`` sizes it)."""
+    """Ranks of ``role``: its ``<role>_num_nodes x <role>_devices_per_node`` (as ``BasePPOExpConfig`` sizes it; the
+    distillation teacher has the reference's shape)."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; roles are {', '.join(ROLES)}")
-    return getattr(cfg, f"{role}_num_nodes") * getattr(cfg, f"{role}_devices_per_node")
+    fields = "ref" if role == "teacher" else role
+    return getattr(cfg, f"{fields}_num_nodes") * getattr(cfg, f"{fields}_devices_per_node")
 
 
 def auto_needs_zero(cfg: Any, role: str) -> str | None:
@@ -78,6 +80,8 @@ def active_roles(cfg: Any) -> tuple[str, ...]:
     roles = ["policy"]
     if cfg.kl_mode != "none" and not cfg.lora_rank > 0:
         roles.append("ref")
+    if getattr(cfg, "teacher_pretrain", None) is not None:  # a checkpoint's config saved before the field: none
+        roles.append("teacher")
     if cfg.advantage_estimator == "gae":
         roles.append("critic")
     if cfg.reward_num_nodes > 0:

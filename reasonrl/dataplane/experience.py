@@ -65,6 +65,9 @@ class Experience:
         returns: [batch, T] critic targets, or None.
         rollout_logprobs: [batch, T] the rollout engine's log-probs of the sampled tokens (rollout-policy
             correction, ``rollout_correction``), or None.
+        teacher_logprobs: [batch, T] the distillation teacher's log-probs of the sampled tokens
+            (``teacher_pretrain``), or None. Read on the driver by the advantages only: not a ``TOKEN_FIELDS``
+            entry, so never cut into shards nor sent to a worker.
         images: per sample, the images of its prompt (uint8 ``[H, W, 3]`` arrays in prompt order) for a
             vision-language model's forward passes, or None for a text run. The prompt ids hold the expanded image
             tokens (``reasonrl.models.vision``).
@@ -79,6 +82,7 @@ class Experience:
     returns: torch.Tensor | None = None
     rollout_logprobs: torch.Tensor | None = None
     images: list[list[np.ndarray]] | None = None
+    teacher_logprobs: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.samples)

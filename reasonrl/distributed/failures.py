@@ -42,8 +42,8 @@ def dead_roles(actors: Iterable[tuple[str, object]], timeout_s: float = 30.0) ->
 def run_actors(roles) -> list[tuple[str, object]]:
     """Every actor of a :class:`reasonrl.loop.trainer.Roles`, named ``policy[0]``, ``engine[1]``, ..."""
     out = []
-    for role in ("policy", "ref", "critic", "reward_model"):
-        group = getattr(roles, role)
+    for role in ("policy", "ref", "teacher", "critic", "reward_model"):
+        group = getattr(roles, role, None)
         if group is not None:
             out += [(f"{role}[{i}]", actor) for i, actor in enumerate(group.actors)]
     out += [(f"engine[{i}]", engine) for i, engine in enumerate(roles.engines)]

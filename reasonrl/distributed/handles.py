@@ -8,7 +8,8 @@ its ``Roles``; the weight syncers and the phase machine keep using the groups an
                        off), ``send_step_data(shards, step)``, ``update(mini_batch, step, loss, coefs)``,
                        ``save_checkpoint`` / ``load_checkpoint``, ``export_hf``, ``export_adapter``
 ``CriticHandle``       ``values(shards)``, ``send_step_data``, ``update(mini_batch, step, loss)``, checkpoints
-``RefHandle``          ``logprobs(shards, temperature)``
+``RefHandle``          ``logprobs(shards, temperature)`` (the reference, and the distillation teacher: a group of the
+                       same worker class loaded from ``teacher_pretrain``)
 ``RewardModelHandle``  ``scores(samples)``
 ``EngineHandle``       one vLLM engine: ``generate``, ``generate_stream``, ``pump``, ``abort_pumped``, ``ready``
 =====================  ========================================================================================
@@ -152,7 +153,8 @@ class CriticHandle(TrainedRoleHandle):
 
 
 class RefHandle(RoleHandle):
-    """The frozen reference model's ranks (``ReferenceWorker``)."""
+    """The frozen reference model's ranks (``ReferenceWorker``); also the distillation teacher's, a group of the
+    same class loaded from ``teacher_pretrain``."""
 
     async def logprobs(self, shards: RankShards, temperature: float) -> torch.Tensor:
         """Log-probs of the sampled tokens under the reference, ``[batch, T]`` (zeros at padding)."""
@@ -253,12 +255,14 @@ class RoleHandles:
     ref: RefHandle | None = None
     critic: CriticHandle | None = None
     reward_model: RewardModelHandle | None = None
+    teacher: RefHandle | None = None
 
     @classmethod
-    def from_groups(cls, policy, *, ref=None, critic=None, reward_model=None) -> RoleHandles:
+    def from_groups(cls, policy, *, ref=None, critic=None, reward_model=None, teacher=None) -> RoleHandles:
         return cls(
             policy=PolicyHandle(policy),
             ref=None if ref is None else RefHandle(ref),
+            teacher=None if teacher is None else RefHandle(teacher),
             critic=None if critic is None else CriticHandle(critic),
             reward_model=None if reward_model is None else RewardModelHandle(reward_model),
         )

@@ -1,4 +1,5 @@
-"""The forward passes of a step (reference log-probs, critic values, the policy's old log-probs), run chunk by chunk.
+"""The forward passes of a step (reference and teacher log-probs, critic values, the policy's old log-probs), run chunk
+by chunk.
 
 :class:`StepForwards` (given the role groups and the config values it reads) builds a step's :class:`Experience`.
 The step's samples are cut into chunks in sample order, each holding at most ``chunk_tokens`` tokens (prompt +
@@ -204,12 +205,20 @@ class StepForwards:
         policy, ref, critic: the roles' handles (``ref`` / ``critic`` None when the role is disabled; with
             ``settings.reference_in_policy`` the policy computes the reference's log-probs).
         settings: the config values the forwards read.
+        teacher: the distillation teacher's handle (``teacher_pretrain``), or None: its log-probs of the sampled
+            tokens at the sampling temperature, as the reference's.
     """
 
     def __init__(
-        self, policy: PolicyHandle, ref: RefHandle | None, critic: CriticHandle | None, settings: ForwardSettings
+        self,
+        policy: PolicyHandle,
+        ref: RefHandle | None,
+        critic: CriticHandle | None,
+        settings: ForwardSettings,
+        teacher: RefHandle | None = None,
     ):
         self.policy, self.ref, self.critic, self.settings = policy, ref, critic, settings
+        self.teacher = teacher  # the distillation teacher (teacher_pretrain): a frozen reference-class role
 
     def chunks(self, *, streamed: bool) -> ForwardChunks:
         """The step's forwards in chunks of at most ``chunk_tokens``: launched as the rollout releases samples
@@ -233,10 +242,11 @@ class StepForwards:
         exp.old_logprobs = done.get("policy")
         exp.ref_logprobs = done.get("ref")
         exp.old_values = done.get("critic")
+        exp.teacher_logprobs = done.get("teacher")
         return exp
 
     async def run_chunk(self, completions: Sequence[Completion]) -> dict[str, torch.Tensor | None]:
-        """Reference / critic / policy forwards of some samples: ``{role: [batch, T]}`` with T their longest
+        """Reference / teacher / critic / policy forwards of some samples: ``{role: [batch, T]}`` with T their longest
         response. All roles at once under split placement, one after the other under colocate_all (they share the
         devices: one activation peak).
 
@@ -258,6 +268,8 @@ class StepForwards:
             calls["ref"] = lambda: self.policy.ref_logprobs(cut(self.policy), s.temperature)
         elif self.ref is not None:
             calls["ref"] = lambda: self.ref.logprobs(cut(self.ref), s.temperature)
+        if self.teacher is not None:
+            calls["teacher"] = lambda: self.teacher.logprobs(cut(self.teacher), s.temperature)
         if self.critic is not None:
             calls["critic"] = lambda: self.critic.values(cut(self.critic))
         if s.colocate_all:
@@ -265,4 +277,4 @@ class StepForwards:
         else:
             jobs = {name: call() for name, call in calls.items()}
             done = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
-        return {role: done.get(role) for role in ("policy", "ref", "critic")}
+        return {role: done.get(role) for role in ("policy", "ref", "teacher", "critic")}

@@ -59,6 +59,7 @@ class Roles:
     ref: Any = None
     critic: Any = None
     reward_model: Any = None
+    teacher: Any = None  # the distillation teacher (teacher_pretrain): a reference-class group
 
 
 def training_steps(cfg, train_rows: Sequence[dict]) -> int:
@@ -106,7 +107,7 @@ class PPOTrainer:
         self.stop = None  # a reasonrl.utils.interrupt.StopSignals while a signal may ask the run to stop
         # the loop's side of the workers: typed handles (the syncers and the phase machine keep the groups)
         self.handles = RoleHandles.from_groups(
-            roles.policy, ref=roles.ref, critic=roles.critic, reward_model=roles.reward_model
+            roles.policy, ref=roles.ref, critic=roles.critic, reward_model=roles.reward_model, teacher=roles.teacher
         )
         self.generator = Generator(
             roles.engines,
@@ -124,7 +125,9 @@ class PPOTrainer:
             stop_requested=self.stop_requested,
         )
         h = self.handles
-        self.forwards = StepForwards(h.policy, h.ref, h.critic, ForwardSettings.from_config(cfg, h.policy.world_size))
+        self.forwards = StepForwards(
+            h.policy, h.ref, h.critic, ForwardSettings.from_config(cfg, h.policy.world_size), teacher=h.teacher
+        )
         self.eval_settings = EvalSettings.from_config(cfg)
         self.kl_ctl = algos.get_kl_controller(cfg.kl_controller, cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
         self.entropy_ctl = (
@@ -157,7 +160,13 @@ class PPOTrainer:
         self._weight_syncer: WeightSyncer | AdapterSyncer | None = None
         # colocate_all: what is resident on the shared devices (a no-op machine under split placement); the device
         # phases, not the timed parts of the step (``timed``)
-        groups = {"policy": roles.policy, "critic": roles.critic, "ref": roles.ref, "reward_model": roles.reward_model}
+        groups = {
+            "policy": roles.policy,
+            "critic": roles.critic,
+            "ref": roles.ref,
+            "teacher": roles.teacher,
+            "reward_model": roles.reward_model,
+        }
         self.phases = PhaseMachine(
             roles.engines,
             {name: g for name, g in groups.items() if g is not None},
@@ -413,6 +422,7 @@ class PPOTrainer:
             group_ids=batch.group_ids,
             baseline_rewards=None if batch.baselines is None else torch.tensor(batch.baselines),
             kl_coef=self.kl_ctl.value,
+            teacher_logprobs=exp.teacher_logprobs,
         )
         exp.advantages, exp.returns = out.advantages, out.returns
         m = out.metrics

@@ -136,6 +136,7 @@ class Setup:
     policy_dp: int = 8
     critic_dp: int = 0  # 0: no critic
     ref_dp: int = 0  # 0: no reference model
+    teacher_dp: int = 0  # 0: no distillation teacher (one is sized as the reference and the policy's model shape)
     reward_dp: int = 0  # 0: no reward model (assumed the policy's shape)
     bf16: bool = True
     gradient_checkpointing: bool = True
@@ -245,6 +246,8 @@ def _roles(s: Setup) -> dict[str, tuple[int, bool, bool]]:
         roles["critic"] = (s.critic_dp, True, False)
     if s.ref_dp:
         roles["ref"] = (s.ref_dp, False, True)
+    if s.teacher_dp:
+        roles["teacher"] = (s.teacher_dp, False, True)
     if s.reward_dp:
         roles["reward_model"] = (s.reward_dp, False, False)
     return roles
@@ -260,7 +263,7 @@ def colocated_phase_bytes(s: Setup) -> dict[Phase, dict[str, int]]:
     """
     roles = _roles(s)
     params = sum(
-        param_bytes(s, dp, offloaded=name in ("ref", "reward_model") and s.ref_offload_params, role=name)
+        param_bytes(s, dp, offloaded=name in ("ref", "teacher", "reward_model") and s.ref_offload_params, role=name)
         for name, (dp, _, _) in roles.items()
     )
     parts = {

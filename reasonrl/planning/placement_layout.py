@@ -7,9 +7,12 @@ Creating, waiting for and removing the groups on Ray, and each role's ``RolePlac
 
 Roles
 -----
-``policy``, ``ref``, ``critic``, ``reward`` are DeepSpeed groups sized ``num_nodes x devices_per_node``
+``policy``, ``ref``, ``teacher``, ``critic``, ``reward`` are DeepSpeed groups sized ``num_nodes x devices_per_node``
 (:class:`RoleResources`; ``num_nodes=0`` disables a role, e.g. no critic under GRPO). ``vllm`` is
-``num_engines`` engines of ``tensor_parallel_size`` devices each (:class:`VLLMResources`).
+``num_engines`` engines of ``tensor_parallel_size`` devices each (:class:`VLLMResources`). The distillation
+``teacher`` is placed as the reference is: the config gives it the reference's size, and it goes wherever the
+reference goes (its own group, the ``policy+ref`` group under ``colocate_policy_ref``, the one group under
+``colocate_all``).
 
 Bundles
 -------
@@ -29,6 +32,8 @@ Modes (colocated roles share one placement group and the same bundles)
       + colocate_critic_reward    [policy+ref] [critic+reward] [vllm]              2, 2, 1
     colocate_critic_reward        [policy] [ref] [critic+reward] [vllm]            1, 1, 2, 1
     separate (no flag)            [policy] [ref] [critic] [reward] [vllm]          1 each
+    (a teacher joins the reference's group under the flags, [policy+ref+teacher], and is its own group [teacher]
+    without them; one more actor per bundle where it joins)
 
     example: colocate_all, policy 2 nodes x 4 GPU, vllm 4 engines x tp 2 (one group of 8 bundles)
 
@@ -54,8 +59,8 @@ from typing import Any
 
 from reasonrl.planning.feasibility import EPS, fmt_res, infeasible_message, node_capacities, packing_problems
 
-ROLES = ("policy", "ref", "critic", "reward", "vllm")
-TRAIN_ROLES = ("policy", "ref", "critic", "reward")
+ROLES = ("policy", "ref", "teacher", "critic", "reward", "vllm")
+TRAIN_ROLES = ("policy", "ref", "teacher", "critic", "reward")
 
 
 class PlacementError(ValueError):
@@ -160,7 +165,8 @@ def plan_groups(
         sets = [[r for r in ROLES if r in sizes]]
     else:
         sets = []
-        for pair, flag in ((("policy", "ref"), colocate_policy_ref), (("critic", "reward"), colocate_critic_reward)):
+        pairs = ((("policy", "ref", "teacher"), colocate_policy_ref), (("critic", "reward"), colocate_critic_reward))
+        for pair, flag in pairs:
             present = [r for r in pair if r in sizes]
             sets.extend([present] if flag and present else [[r] for r in present])
         if "vllm" in sizes:
@@ -194,7 +200,7 @@ def _group_request(
                 flag = (
                     "colocate_all"
                     if colocate_all
-                    else f"colocate_{'policy_ref' if other == 'ref' else 'critic_reward'}"
+                    else f"colocate_{'policy_ref' if other in ('ref', 'teacher') else 'critic_reward'}"
                 )
                 raise PlacementError(
                     f"{flag}: {train[0]} ({_shape(first, kind)}) and {other} ({_shape(sizes[other], kind)}) share "

@@ -192,6 +192,7 @@ def start_roles(
         ref=groups.get("ref"),
         critic=groups.get("critic"),
         reward_model=groups.get("reward"),
+        teacher=groups.get("teacher"),
     )
 
 
@@ -203,14 +204,21 @@ def start_worker_groups(
     pad_token_id: int,
     reward_pad_id: int | None = None,
 ) -> tuple[dict[str, Any], list]:
-    """The DeepSpeed roles of ``plan`` (policy, ref, critic, reward model), each a ``WorkerGroup`` registered for
-    shutdown; returns ``(groups by role, refs of their setups)``. Constructing a group joins its process group
+    """The DeepSpeed roles of ``plan`` (policy, ref, teacher, critic, reward model), each a ``WorkerGroup`` registered
+    for shutdown; returns ``(groups by role, refs of their setups)``. Constructing a group joins its process group
     (blocking); the setups are sent, not awaited."""
     from reasonrl.distributed.ppo_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
     from reasonrl.distributed.worker_group import WorkerGroup
     from reasonrl.run.role_settings import worker_config
 
-    classes = {"policy": PolicyWorker, "ref": ReferenceWorker, "critic": CriticWorker, "reward": RewardModelWorker}
+    # the distillation teacher is a frozen reference-class group loaded from teacher_pretrain
+    classes = {
+        "policy": PolicyWorker,
+        "ref": ReferenceWorker,
+        "teacher": ReferenceWorker,
+        "critic": CriticWorker,
+        "reward": RewardModelWorker,
+    }
     groups: dict[str, Any] = {}
     setups: list = []
     for role, cls in classes.items():

@@ -16,7 +16,8 @@ from reasonrl.distributed.ppo_workers import WorkerConfig
 def worker_config(
     cfg: BasePPOExpConfig, role: str, *, num_rollout_steps: int | None = None, **extra: Any
 ) -> WorkerConfig:
-    """``WorkerConfig`` of one role (``policy``, ``ref``, ``critic``, ``reward``).
+    """``WorkerConfig`` of one role (``policy``, ``ref``, ``teacher``, ``critic``, ``reward``; the teacher is a frozen
+    role set up as the reference, from ``teacher_pretrain``).
 
     ``warmup_steps = lr_warmup_steps`` (optimizer steps of this role) and ``total_steps = num_rollout_steps *
     optimizer steps per rollout`` (``num_rollout_steps`` defaults to ``max_steps``; the linear/cosine schedules need
@@ -24,8 +25,8 @@ def worker_config(
     feature and 3 otherwise (:func:`reasonrl.config.zero_stages.role_zero_stage`). ``extra`` overrides fields (e.g.
     ``pad_token_id``, known only once the tokenizer is loaded).
     """
-    if role not in ("policy", "ref", "critic", "reward"):
-        raise ValueError(f"unknown role {role!r}; roles are policy, ref, critic, reward")
+    if role not in ("policy", "ref", "teacher", "critic", "reward"):
+        raise ValueError(f"unknown role {role!r}; roles are policy, ref, teacher, critic, reward")
     common: dict[str, Any] = dict(
         zero_stage=role_zero_stage(cfg, role),  # "auto" resolved for this role (reasonrl.config.zero_stages)
         bf16=cfg.bf16,
@@ -33,7 +34,7 @@ def worker_config(
         max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch,
         seed=cfg.seed,
     )
-    if role in ("ref", "reward"):
+    if role in ("ref", "teacher", "reward"):
         kwargs = dict(common, model_path=mapping.role_model_source(cfg, role), offload_params=cfg.ref_offload_params)
     else:
         per_rollout = (

@@ -27,6 +27,16 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("response/clip_frac", "truncation rate: fraction of responses stopped by the generation length limit"),
     # policy update (means over all PPO mini-batches of the step)
     Scalar("policy/kl", "mean per-token KL(policy ‖ reference) over response tokens (configured estimator)"),
+    Scalar(
+        "distill/reverse_kl",
+        "teacher_pretrain: token mean of log pi_old - log pi_teacher over the loss tokens, the single-sample reverse "
+        "KL(student ‖ teacher) on the student's own samples (0 when the teacher is the student)",
+    ),
+    Scalar(
+        "distill/reward_mean",
+        "teacher_pretrain: mean over samples of the summed distillation reward -distill_coef * (log pi_old - log "
+        "pi_teacher) of each sample's loss tokens",
+    ),
     Scalar("policy/entropy", "mean per-token entropy of the policy over response tokens"),
     Scalar("policy/clipfrac", "fraction of response tokens whose probability ratio was clipped (either side)"),
     Scalar("policy/clipfrac_low", "fraction clipped at the lower bound (ratio < 1 - eps_low, negative advantage)"),

@@ -31,8 +31,14 @@ def one_rank(**overrides) -> BasePPOExpConfig:
     return BasePPOExpConfig(**{**ONE_RANK, **overrides})
 
 
-def stages(cfg, roles=zs.ROLES) -> dict[str, int]:
-    return zs.role_zero_stages(cfg, roles)
+ROLES = tuple(r for r in zs.ROLES if r != "teacher")  # the roles with fields of their own
+
+
+def stages(cfg, roles=ROLES) -> dict[str, int]:
+    """The roles' stages; the distillation teacher is sized as the reference, so it always has the ref's stage."""
+    out = zs.role_zero_stages(cfg, roles)
+    assert zs.role_zero_stage(cfg, "teacher") == out["ref"]
+    return out
 
 
 def with_reward(**overrides) -> BasePPOExpConfig:
@@ -51,7 +57,7 @@ def test_auto_gives_zero_3_to_roles_of_several_ranks():
     cfg = with_reward(policy_devices_per_node=2, ref_num_nodes=2, vllm_num_engines=2)
     assert stages(cfg) == {"policy": 3, "ref": 3, "critic": 0, "reward": 0}
     assert zs.auto_needs_zero(cfg, "policy") == "2 ranks"
-    assert stages(BasePPOExpConfig()) == dict.fromkeys(zs.ROLES, 3)  # the 8-device defaults
+    assert stages(BasePPOExpConfig()) == dict.fromkeys(ROLES, 3)  # the 8-device defaults
 
 
 @pytest.mark.parametrize(
@@ -77,13 +83,13 @@ def test_auto_keeps_zero_3_where_a_one_rank_role_needs_it(overrides, expected, r
 
 
 def test_split_placement_on_a_gpu_lets_one_rank_fp32_roles_run_zero_0():
-    assert stages(with_reward(device="gpu", colocate_all=False)) == dict.fromkeys(zs.ROLES, 0)
+    assert stages(with_reward(device="gpu", colocate_all=False)) == dict.fromkeys(ROLES, 0)
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_an_explicit_stage_is_every_roles_stage(stage):
-    assert stages(with_reward(zero_stage=stage)) == dict.fromkeys(zs.ROLES, stage)
-    assert stages(BasePPOExpConfig(zero_stage=stage)) == dict.fromkeys(zs.ROLES, stage)
+    assert stages(with_reward(zero_stage=stage)) == dict.fromkeys(ROLES, stage)
+    assert stages(BasePPOExpConfig(zero_stage=stage)) == dict.fromkeys(ROLES, stage)
 
 
 def test_unknown_role_raises():
