@@ -165,6 +165,14 @@ HOSTILE = [
     ("gym-unknown-task", ["train_data=gym:chain_summ"], ["train_data", "no task 'chain_summ'", "chain_sum"], 2),
     ("gym-unknown-option", ["train_data=gym:chain_sum:nosuch=1"], ["train_data", "no option 'nosuch'"], 2),
     ("gym-invalid-option", ["train_data=gym:chain_sum:min_terms=0"], ["train_data", "min_terms must be positive"], 2),
+    # --- issue 43: on-policy distillation
+    ("distill-coef-zero", ["teacher_pretrain=tiny", "distill_coef=0"], ["distill_coef=0", "must be a finite"], 2),
+    (
+        "teacher-other-tokenizer",
+        ["teacher_pretrain=tiny-code"],
+        ["teacher_pretrain='tiny-code' does not share the tokenizer of pretrain='tiny'", "tokens have another id"],
+        2,
+    ),
     (
         "hub-dataset-offline-not-cached",
         _env(["train_data=someone/no_such_set"], **_OFFLINE),
@@ -182,8 +190,10 @@ def warm_imports():
     import reasonrl.data  # noqa: F401
     import reasonrl.rewards.routing  # noqa: F401
     from reasonrl.models import tiny_model_path
+    from reasonrl.models.tiny import CODE_SPEC
 
     tiny_model_path()
+    tiny_model_path(CODE_SPEC)  # the teacher with another tokenizer
 
 
 @pytest.fixture
