@@ -261,6 +261,54 @@ class BasePPOExpConfig(DerivedValues):
     reward_url_failure_reward: float | None = _dat(
         None, "reward of a sample whose request failed for good (counted in reward/remote_failed); None = wrong_reward"
     )
+    judge_pretrain: str | None = _dat(
+        None,
+        "LLM-as-judge model (folder, offline name or Hub id), run on a frozen vLLM engine of its own on a CPU bundle "
+        "(not yet placed on GPUs); its verdicts mix into the rewards by judge_weight (docs/model_rewards.md)",
+    )
+    judge_url: str | None = _dat(
+        None,
+        "a judge behind an OpenAI-compatible endpoint, the base URL (e.g. http://127.0.0.1:8000/v1; requests go to "
+        "<url>/chat/completions with judge_model); exclusive with judge_pretrain",
+    )
+    judge_model: str | None = _dat(None, "judge_url: the model name sent in each request (required with judge_url)")
+    judge_url_secret_env: str | None = _dat(
+        None, "judge_url: environment variable holding the API key (sent as Authorization: Bearer); none = no key"
+    )
+    judge_url_concurrency: int = _dat(8, "judge_url: requests in flight at once (one request per judged sample)")
+    judge_url_timeout_s: float = _dat(
+        120.0, "judge_url: deadline of one request, the whole exchange (seconds); past it the request is retried"
+    )
+    judge_url_retries: int = _dat(
+        3,
+        "judge_url: retries after a connection error, timeout, 5xx/429 or an answer without text (a 4xx is not "
+        "retried); then the sample scores judge_unparsed_reward, counted in reward/judge_failed",
+    )
+    judge_template: str | None = _dat(
+        None,
+        "judge prompt: None = the built-in yes/no template, or a jinja2 file (variables: question, response, "
+        "reference, data_source, row), rendered sandboxed",
+    )
+    judge_parse: str = _dat(
+        "yes_no",
+        "how a verdict's text becomes a score in [0, 1]: yes_no, boxed, last_number:LO:HI (scaled to [0, 1]), or "
+        "file.py:fn (text -> score or None)",
+    )
+    judge_max_tokens: int = _dat(256, "most tokens the judge writes per verdict")
+    judge_temperature: float = _dat(0.0, "the judge's sampling temperature (0 = greedy)")
+    judge_unparsed_reward: float | None = _dat(
+        None,
+        "judge reward of a verdict that does not parse or a judge_url request that failed (counted in "
+        "reward/judge_unparsed); None = wrong_reward",
+    )
+    judge_weight: float = _dat(
+        1.0,
+        "w in r = (1 - w) * rule + w * judge, for rows whose data_source judge_weights does not list; 1 = the judge "
+        "alone (the rule is not called), 0 = not judged",
+    )
+    judge_weights: dict[str, float] | None = _dat(
+        None, 'per data_source judge weights, a JSON object like {"math": 0.5, "code": 0}; others use judge_weight'
+    )
 
     # ---------------------------------------------------------------------------------------------- rollout
     rollout_batch_size: int = _rol(128, "prompts per training step")

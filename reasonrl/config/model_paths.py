@@ -139,6 +139,7 @@ MODEL_FIELDS = (
     "critic_pretrain",
     "reward_pretrain",
     "teacher_pretrain",
+    "judge_pretrain",
 )  # the model fields of a config (SFT: pretrain)
 PINNED_FROM = "_pinned_from"  # saved-config key: {field: the value the user gave} for each field pinned by the run
 

@@ -24,6 +24,7 @@ from reasonrl.config.consistency import (
 from reasonrl.config.convert import _BadValue, _convert, _type_hints, _type_name
 from reasonrl.config.distill import distill_problems
 from reasonrl.config.errors import ConfigError, _close
+from reasonrl.config.judge import judge_problems
 from reasonrl.config.model_paths import MODEL_FIELDS, uncached_hub_note
 from reasonrl.config.names import (
     ADVANTAGE_ESTIMATOR_NAMES,
@@ -234,6 +235,7 @@ def _check_data(cfg: BasePPOExpConfig, deep: bool = True, data_checks: DataCheck
     if cfg.reward_fn is not None:
         problems += _reward_fn_problems(cfg.reward_fn)
     problems += reward_url_problems(cfg)
+    problems += judge_problems(cfg)  # LLM as judge: judge_pretrain / judge_url and their fields
     if cfg.env_fn is not None and cfg.env_fn.strip():  # read with ast: refused before torch or the tokenizer load
         problems += _env_fn_problems(cfg.env_fn)
     if cfg.agent_fn is not None and cfg.agent_fn.strip():  # read with ast too: the import comes before Ray

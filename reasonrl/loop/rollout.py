@@ -22,6 +22,7 @@ from reasonrl.loop.generation import Generator
 from reasonrl.loop.multi_turn import multi_turn_metrics
 from reasonrl.loop.rollout_stream import KeptRelease
 from reasonrl.rewards.code import code_metrics
+from reasonrl.rewards.judge import judge_metrics
 from reasonrl.rewards.remote import remote_metrics
 from reasonrl.rewards.repetition import repetition_stats
 from reasonrl.utils.rng import derive_seed
@@ -266,7 +267,8 @@ class RolloutCollector:
 def rollout_metrics(completions: Sequence[Completion], results: Sequence, generate_max_len: int) -> dict[str, float]:
     """Reward (final: rule + reward model), accuracy, length and repetition figures of the trained samples, and the
     ``reward/code_*`` verdict counts (:func:`reasonrl.rewards.code.code_metrics`) when some rows are code rows, the
-    ``reward/remote_*`` counts (:func:`reasonrl.rewards.remote.remote_metrics`) when some were scored by reward_url."""
+    ``reward/remote_*`` counts (:func:`reasonrl.rewards.remote.remote_metrics`) when some were scored by reward_url,
+    the ``reward/judge_*`` counts (:func:`reasonrl.rewards.judge.judge_metrics`) when some were judged."""
     if not completions:
         return {}
     lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float32)
@@ -276,6 +278,7 @@ def rollout_metrics(completions: Sequence[Completion], results: Sequence, genera
     return (
         code
         | remote_metrics(results)
+        | judge_metrics(results)
         | {
             "reward/mean": rewards.mean().item(),
             "reward/accuracy": sum(bool(r.correct) for r in results) / len(results),
@@ -292,7 +295,8 @@ def rollout_metrics(completions: Sequence[Completion], results: Sequence, genera
 def sample_records(completions, results, rows, *, limit: int | None = None, keys=None, **fields) -> list[dict]:
     """One JSON-ready row per scored sample (the first ``limit``): ``fields`` (e.g. ``split``), then the prompt and
     sample index, id, question, completion, finish reason and length, extracted answer (and its vote key when
-    ``keys`` are given), gold, verdict, reward and reward-model score. ``rows[i]`` is sample i's data row."""
+    ``keys`` are given), gold, verdict, reward and reward-model score, and a judged sample's ``judge_text``,
+    ``judge_score`` and ``judge_weight``. ``rows[i]`` is sample i's data row."""
     out = []
     for i, (c, r, row) in enumerate(list(zip(completions, results, rows, strict=True))[:limit]):
         gold = row.get("answer")
@@ -305,6 +309,9 @@ def sample_records(completions, results, rows, *, limit: int | None = None, keys
         record |= {"gold": None if gold is None else str(gold), "correct": bool(r.correct)}
         record |= {"reason": getattr(r, "reason", None), "reward": float(r.reward)}
         record["model_score"] = getattr(r, "model_score", None)
+        judge = getattr(r, "judge", None)
+        if judge is not None:  # LLM as judge: what it wrote, the score parsed from it (None: unparsed), the weight
+            record |= {"judge_text": judge.text, "judge_score": judge.score, "judge_weight": judge.weight}
         if c.turns is not None:  # multi-turn: each turn's text and size, and why the environment ended it early
             record["turns"] = [{k: t[k] for k in ("role", "text", "num_tokens") if k in t} for t in c.turns]
             record |= {"env_reward": c.env_reward, "env_error": c.env_error}

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reasonrl.rewards.gym import GYM_REF_KEYS, UNSAFE_TASKS, GymRowScorer, is_gym_reference
+from reasonrl.rewards.judge import judge_configured, judge_from_config
 from reasonrl.rewards.remote import RemoteScorer
 from reasonrl.rewards.scorers import CodeScorer, ExactMatchScorer, MathScorer, UserFnScorer
 from reasonrl.rewards.shaping import RewardResult
@@ -297,8 +298,17 @@ class RoutingScorer:
             scorer.close()
 
 
-def build_scorer(cfg, gym: GymSources = NO_GYM_SOURCES) -> RoutingScorer:
+def build_scorer(cfg, gym: GymSources = NO_GYM_SOURCES):
     """The trainer's scorer: a :class:`RoutingScorer` whose default is the ``cfg.reward_url`` service if set, else
     ``cfg.reward_fn`` if set, else the ORZ math reward (rows route elsewhere only through ``data_source`` or a ``gym``
-    reference). ``gym``: the config's ``gym:`` sources as :func:`reasonrl.data.gym_source.gym_sources` reads them."""
-    return RoutingScorer(cfg, gym)
+    reference). ``gym``: the config's ``gym:`` sources as :func:`reasonrl.data.gym_source.gym_sources` reads them.
+    With a judge (``judge_pretrain`` / ``judge_url``) the routing scorer is wrapped in a
+    :class:`reasonrl.rewards.judge.JudgeScorer` that mixes the judge's verdicts in by ``judge_weight``."""
+    scorer = RoutingScorer(cfg, gym)
+    if not judge_configured(cfg):
+        return scorer
+    try:
+        return judge_from_config(cfg, scorer)
+    except BaseException:
+        scorer.close()
+        raise

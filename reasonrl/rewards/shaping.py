@@ -86,6 +86,7 @@ class RewardResult:
     env_reward: float = 0.0  # multi-turn: the environment's per-turn rewards, summed (:func:`final_reward` adds them)
     scored_reward: float | None = None  # the scorer's reward (outcome + shaping), kept once :func:`final_reward` ran
     remote: Any = None  # ``reasonrl.rewards.remote.RemoteOutcome`` of a remotely scored sample (reward/remote_*)
+    judge: Any = None  # ``reasonrl.rewards.judge.JudgeVerdict`` of a judged sample (reward/judge_*, judge_text dumps)
 
 
 _THINK_CLOSE = "</think>"
