@@ -234,6 +234,12 @@ class BasePPOExpConfig(DerivedValues):
         "(refuse to run without namespaces), 'none' (limits only; see docs/rewards_and_data.md)",
     )
     code_workers: int | None = _dat(None, "programs run at once by the sandbox; None = number of CPUs")
+    reward_num_cpus: int = _dat(
+        0,
+        "0 = math verification and code sandboxes in process pools on the driver (verify_workers, code_workers); N > 0 "
+        "= N single-CPU Ray actors anywhere in the cluster (CPU-only nodes too) score the math and code rows, same "
+        "timeouts and verdicts (docs/model_rewards.md)",
+    )
     reward_url: str | None = _dat(
         None,
         "a reward service's score endpoint, e.g. http://127.0.0.1:8123/v1/score (python -m reasonrl.reward_server or "

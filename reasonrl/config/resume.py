@@ -80,6 +80,7 @@ ALWAYS_ALLOWED = (
     "verify_batch_timeout_s",
     "code_workers",
     "code_batch_timeout_s",
+    "reward_num_cpus",
     "check_retokenize",
 )
 

@@ -291,6 +291,7 @@ def _check_ranges(cfg: BasePPOExpConfig) -> list[str]:
         "overlong_buffer_len",
         "kl_horizon",
         "async_staleness",
+        "reward_num_cpus",
     ):
         need(name, getattr(v, name) >= 0, "must be >= 0")
     for name in (

@@ -44,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from reasonrl.rewards.cluster_routes import CLUSTER_ROUTES, cluster_builds
 from reasonrl.rewards.gym import GYM_REF_KEYS, UNSAFE_TASKS, GymRowScorer, is_gym_reference
 from reasonrl.rewards.judge import judge_configured, judge_from_config
 from reasonrl.rewards.remote import RemoteScorer
@@ -170,12 +171,14 @@ def routing_problems(
     remote = bool(getattr(cfg, "reward_url", None))
     problems: list[str] = []
     tasks: dict[str, str] = {}  # gym task -> the first row naming it
+    cluster_rows = 0  # rows scored on reward actors when reward_num_cpus > 0
     for set_name, rows in rows_by_set.items():
         bad = []
         for i, row in enumerate(rows):
             where = f"{set_name} row {i} (id {row.get('id')!r})"
             try:
                 kind, task = row_route(row, default, user_fn=user_fn, allowed_unsafe=allowed, remote=remote)
+                cluster_rows += kind in CLUSTER_ROUTES
             except ValueError as exc:
                 bad.append(f"{where}: {exc}")
                 continue
@@ -186,6 +189,12 @@ def routing_problems(
             problems.append(f"{set_name}: {len(bad) - max_per_set} more row(s) with a bad {DATA_SOURCE_FIELD}")
     if tasks:
         problems += _unknown_gym_tasks(tasks)
+    num_cpus = getattr(cfg, "reward_num_cpus", 0) or 0
+    if num_cpus > 0 and rows_by_set and not cluster_rows:
+        problems.append(
+            f"reward_num_cpus={num_cpus} starts reward actors for the {' and '.join(CLUSTER_ROUTES)} routes, but no "
+            f"row of {', '.join(rows_by_set)} is scored by them (default route {default!r}): set reward_num_cpus=0"
+        )
     return problems
 
 
@@ -232,8 +241,10 @@ class RoutingScorer:
 
     The default route's scorer is built at once (its workers start, and a bad ``reward_fn`` fails, here), the
     gym scorer too when the config names a ``gym:`` source (``gym.named``); any other route's scorer on the first row
-    that needs it. A batch whose rows all take one route goes to that scorer whole. ``gym``: what the config's
-    ``gym:`` sources allow (:class:`GymSources`).
+    that needs it. A batch whose rows all take one route goes to that scorer whole. With ``reward_num_cpus > 0`` the
+    ``math`` and ``code`` routes are never built here: the run attaches their reward actors once Ray runs
+    (:meth:`attach_cluster`, :mod:`reasonrl.rewards.cluster_routes`), and scoring them before that raises.
+    ``gym``: what the config's ``gym:`` sources allow (:class:`GymSources`).
     """
 
     def __init__(self, cfg, gym: GymSources = NO_GYM_SOURCES):
@@ -243,9 +254,13 @@ class RoutingScorer:
         self.remote = bool(getattr(cfg, "reward_url", None))
         self.allowed_unsafe = gym.allowed_unsafe
         self.scorers: dict[str, Any] = {}
+        # reward_num_cpus > 0: these routes run on reward actors, attached once Ray runs (attach_cluster)
+        self.num_cpus = getattr(cfg, "reward_num_cpus", 0) or 0
+        self.cluster_routes = CLUSTER_ROUTES if self.num_cpus > 0 else ()
         self._lock = threading.Lock()
         try:
-            self.scorer(self.default)
+            if self.default not in self.cluster_routes:
+                self.scorer(self.default)
             if gym.named:
                 self.scorer("gym")
         except BaseException:
@@ -253,11 +268,36 @@ class RoutingScorer:
             raise
 
     def scorer(self, kind: str):
-        """The scorer of route ``kind``, built on first use."""
+        """The scorer of route ``kind``, built on first use; a cluster route's only once it is attached."""
         with self._lock:
             if kind not in self.scorers:
+                if kind in self.cluster_routes:
+                    raise RuntimeError(
+                        f"the {kind} route runs on reward actors (reward_num_cpus={self.num_cpus}), which start "
+                        "once Ray runs, and none are attached (RoutingScorer.attach_cluster)"
+                    )
                 self.scorers[kind] = _build_route(kind, self.cfg)
             return self.scorers[kind]
+
+    def cluster_builds(self) -> dict:
+        """``{route: RouteBuild}`` of the routes that run on reward actors (``reward_num_cpus > 0``; else empty):
+        what each actor builds where it runs (:mod:`reasonrl.rewards.cluster_routes`)."""
+        return cluster_builds(self.cfg) if self.cluster_routes else {}
+
+    def attach_cluster(self, scorers: Mapping[str, Any]) -> None:
+        """Score the cluster routes with ``scorers`` (route -> a scorer on the reward actors) from now on."""
+        unknown = set(scorers) - set(self.cluster_routes)
+        if unknown:
+            raise ValueError(f"routes {sorted(unknown)} do not run on reward actors here ({self.cluster_routes})")
+        with self._lock:
+            self.scorers.update(scorers)
+
+    def detach_cluster(self) -> None:
+        """Forget the cluster routes' scorers (their actors are going away: the attempt ends); not closed here,
+        their owner closes the actors."""
+        with self._lock:
+            for kind in self.cluster_routes:
+                self.scorers.pop(kind, None)
 
     def routes(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
         """The route of each row; ``ValueError`` naming the first row that has none."""

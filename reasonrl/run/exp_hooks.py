@@ -184,6 +184,20 @@ def _check_data(exp, tokenizer, load_tokenizer) -> tuple[Any, list[dict], dict[s
     return template, train_rows, eval_sets, tokenizer
 
 
+def _check_reward_actors(exp, scorer) -> None:
+    """``reward_num_cpus > 0`` needs the routing scorer's cluster routes (``reasonrl.rewards.cluster_routes``): a
+    scorer of the experiment's own has none, and is refused here rather than silently scored on the driver."""
+    from reasonrl.rewards.cluster_routes import cluster_target
+
+    num_cpus = getattr(getattr(exp, "cfg", None), "reward_num_cpus", 0) or 0
+    if num_cpus > 0 and cluster_target(scorer) is None:
+        raise HookError(
+            f"reward_num_cpus={num_cpus} runs the math and code routes of the built-in routing scorer on Ray actors, "
+            f"but {type(exp).__name__}.build_scorer() returned a {type(scorer).__name__}, which has none: set "
+            "reward_num_cpus=0, or return reasonrl.rewards.routing.build_scorer(cfg) (rows pick routes by data_source)"
+        )
+
+
 def _check_scorer(exp) -> tuple[Callable, Callable[[], None] | None]:
     name = type(exp).__name__
     scorer = exp.build_scorer()
@@ -195,6 +209,7 @@ def _check_scorer(exp) -> tuple[Callable, Callable[[], None] | None]:
                 f"{name}.build_scorer() returned {_returned(scorer)}: it must return a callable "
                 "scorer(completions, rows) -> list of RewardResult (a close() method is optional); " + _SEE
             )
+        _check_reward_actors(exp, scorer)
         wait_ready = getattr(scorer, "wait_ready", None)
         if callable(wait_ready):
             wait_ready()  # reward workers that cannot start (e.g. an unguarded script) fail here, before Ray

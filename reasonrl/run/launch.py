@@ -73,8 +73,12 @@ def start_attempt(cfg: BasePPOExpConfig, stack: contextlib.ExitStack, inputs: Ex
     )
     stack.callback(logged, plan.remove)
     check_models_on_nodes(cfg, plan)  # every node that loads a model has it, before any actor starts
+    # reward_num_cpus > 0: the math / code routes' actors, on the CPUs the placement left; they start with the roles
+    reward_actors = start_reward_actors(cfg, stack, inputs.scorer)
     reward_pad_id, reward_encoder = reward_model_inputs(cfg, tokenizer)
     roles = start_roles(cfg, stack, plan, num_steps, tokenizer.pad_token_id, reward_pad_id)
+    if reward_actors is not None:
+        reward_actors.wait_ready()
     return PPOTrainer(
         cfg,
         roles,
@@ -113,6 +117,43 @@ def start_tracker(cfg: BasePPOExpConfig, stack: contextlib.ExitStack, num_steps:
     stack.callback(logged, tracker.close)  # also writes summary.png / summary.html of the curves
     tracker.log_table_at_start(cfg.table())
     return tracker
+
+
+def start_reward_actors(cfg: BasePPOExpConfig, stack: contextlib.ExitStack, scorer):
+    """``reward_num_cpus > 0``: start that many reward actors (:mod:`reasonrl.distributed.reward_actors`), attach
+    them to the routing scorer's math and code routes, and register detach-then-close on ``stack``; returns the
+    :class:`~reasonrl.distributed.reward_actors.RewardActors` (not yet waited for), or None with
+    ``reward_num_cpus=0``. Call it after the placement groups hold their CPUs: :class:`ConfigError` on
+    ``reward_num_cpus`` when fewer CPUs are free, before any actor starts. The scorer was built and checked before
+    Ray (``reasonrl.run.exp_hooks``); each attempt attaches actors of its own."""
+    if cfg.reward_num_cpus <= 0:
+        return None
+    import ray
+
+    from reasonrl.config import ConfigError
+    from reasonrl.distributed.reward_actors import RewardActors
+    from reasonrl.rewards.cluster_routes import cluster_target
+
+    target = cluster_target(scorer)
+    if target is None:  # refused before Ray by the hooks' check; a caller that skipped it gets the same reason
+        raise ConfigError([f"reward_num_cpus={cfg.reward_num_cpus}: {type(scorer).__name__} has no cluster routes"])
+    free = ray.available_resources().get("CPU", 0.0)
+    if free < cfg.reward_num_cpus:
+        raise ConfigError(
+            [
+                f"reward_num_cpus={cfg.reward_num_cpus} needs as many free CPUs once the placement groups hold theirs; "
+                f"the cluster has {free:g} free of {ray.cluster_resources().get('CPU', 0.0):g}: lower "
+                "reward_num_cpus or cpus_per_bundle, or add (CPU-only) nodes"
+            ],
+            title="reward actors cannot start",
+        )
+    builds = target.cluster_builds()
+    eager = [kind for kind in builds if kind == target.default]  # the default route's workers start with the actor
+    actors = RewardActors(builds, cfg.reward_num_cpus, eager=eager)
+    stack.callback(logged, actors.close)
+    target.attach_cluster({kind: actors.scorer(kind) for kind in builds})
+    stack.callback(logged, target.detach_cluster)  # runs first: no batch reaches actors being closed
+    return actors
 
 
 def check_models_on_nodes(cfg: BasePPOExpConfig, plan) -> None:
