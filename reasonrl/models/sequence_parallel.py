@@ -132,8 +132,13 @@ def gather_sequence(x: torch.Tensor, group) -> torch.Tensor:
     return _GatherSequence.apply(x, group)
 
 
+def _unwrap(model):
+    """The module a DeepSpeed engine wraps (``engine.module``), or ``model`` itself."""
+    return getattr(model, "module", model)
+
+
 def _check_attention(model) -> None:
-    impl = model.config._attn_implementation
+    impl = _unwrap(model).config._attn_implementation
     if impl not in ULYSSES_BY_CORE.values():
         raise ValueError(
             f"the model runs attention {impl!r}: call reasonrl.models.ulysses_attention.use_ulysses_attention(model) "
@@ -141,21 +146,23 @@ def _check_attention(model) -> None:
         )
 
 
-def local_hidden(backbone, layout: ShardLayout, group) -> torch.Tensor:
-    """The decoder's last hidden states at this rank's positions, [batch, L, hidden].
+def sp_forward(model, layout: ShardLayout, group, **extra):
+    """Call ``model`` (the root: a transformers model, a ``CriticModel``, or a DeepSpeed engine wrapping one) on this
+    rank's [batch, L] ids and explicit positions, the whole row's mask travelling in the ``ulysses`` context
+    (``extra``: more keyword arguments of the forward, e.g. ``use_cache=False`` for a causal LM).
 
-    ``backbone`` is a transformers base model (``Qwen2Model``: embeddings, layers, final norm) switched to Ulysses
-    attention; it sees only [batch, L] ids and their explicit positions, and the whole row's mask via the context."""
-    _check_attention(backbone)
+    Through the root, never a submodule: a DeepSpeed engine's ``forward`` does per-micro-batch bookkeeping (ZeRO-3
+    counts micro-steps there: without it a second micro-batch's gradients overwrote the first's, measured) and
+    hooks its output for the backward prologue, so the loss must depend on the output returned here."""
+    _check_attention(model)
     context = UlyssesContext(group=group, keep=layout.keep, segment=layout.segment)
-    out = backbone(
+    return model(
         input_ids=layout.local(layout.input_ids),
         position_ids=layout.local(layout.position_ids),
         attention_mask=_NO_MASKS,
-        use_cache=False,
         ulysses=context,
+        **extra,
     )
-    return out.last_hidden_state  # [batch, L, hidden]
 
 
 def _head_rows(head, hidden, labels, temperature: float, with_entropy: bool):
@@ -165,6 +172,17 @@ def _head_rows(head, hidden, labels, temperature: float, with_entropy: bool):
         z = z / temperature
     logprob = _logprob_rows(z, labels, 1.0)
     return (logprob, _entropy_rows(z)) if with_entropy else (logprob,)
+
+
+def _aligned_chunks(rows: int, chunk_size: int, device) -> int:
+    """LM-head chunks to run: this rank's ceil(rows / chunk_size), raised to the largest over all ranks.
+
+    Under ZeRO-3 every call of the LM head gathers its weight with every rank of the process group, so all ranks
+    must call it equally often (in forward and in the checkpoint's recompute): ranks with fewer scored positions
+    run empty chunks ([0, hidden] rows)."""
+    count = torch.tensor([-(-rows // chunk_size)], dtype=torch.long, device=device)
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return int(count.item())
 
 
 def _to_grid(full: torch.Tensor, batch: PaddedBatch | PackedBatch) -> torch.Tensor:
@@ -187,8 +205,9 @@ def sp_response_logprobs(
     """``response_logprobs`` of a causal LM under sequence parallelism over ``group`` (module docstring).
 
     Args:
-        model: a transformers causal LM (``base_model`` + ``get_output_embeddings()``) switched to Ulysses
-            attention (``use_ulysses_attention``); every rank of ``group`` passes the same ``batch``.
+        model: a transformers causal LM (``base_model`` + ``get_output_embeddings()``), or a DeepSpeed engine
+            wrapping one, switched to Ulysses attention (``use_ulysses_attention``); every rank of ``group``
+            passes the same ``batch``.
         temperature, with_entropy: as ``reasonrl.models.logprobs.response_logprobs``.
         chunk_size: LM-head rows per checkpointed chunk (float32 temporaries [chunk_size, vocab]).
     Returns:
@@ -199,29 +218,36 @@ def sp_response_logprobs(
     if chunk_size <= 0:
         raise ValueError(f"chunk_size must be > 0, got {chunk_size}")
     layout = shard_layout(batch, dist.get_world_size(group), dist.get_rank(group))
-    hidden = local_hidden(model.base_model, layout, group)  # [batch, L, hidden]
+    inner = _unwrap(model)
+    captured = []  # the base model's last hidden state, taken inside the root forward
+    hook = inner.base_model.register_forward_hook(lambda _m, _args, out: captured.append(out.last_hidden_state))
+    try:  # the root's own LM head runs on no position (logits [batch, 0, vocab]): the head runs below, chunked
+        out = sp_forward(model, layout, group, use_cache=False, logits_to_keep=torch.zeros(0, dtype=torch.long))
+    finally:
+        hook.remove()
+    hidden = captured[-1]  # [batch, L, hidden]
+    anchor = out.logits.float().sum() * 0.0  # ties the result to the root's output (the engine's backward hooks)
     scored = layout.local(layout.scored)  # [batch, L]
     rows, labels = hidden[scored], layout.local(layout.labels)[scored]  # [n, hidden], [n]
-    head = model.get_output_embeddings()
+    head = inner.get_output_embeddings()
     use_checkpoint = torch.is_grad_enabled() and rows.requires_grad
     outs = []
-    for start in range(0, rows.shape[0], chunk_size):
+    for start in range(0, _aligned_chunks(rows.shape[0], chunk_size, rows.device) * chunk_size, chunk_size):
         args = (head, rows[start : start + chunk_size], labels[start : start + chunk_size], temperature, with_entropy)
         outs.append(checkpoint(_head_rows, *args, use_reentrant=False) if use_checkpoint else _head_rows(*args))
     results = []
     for i in range(2 if with_entropy else 1):
         flat = torch.cat([o[i] for o in outs]) if outs else hidden.new_zeros(0, dtype=torch.float32)  # [n]
-        local = hidden.new_zeros(scored.shape, dtype=torch.float32).masked_scatter(scored, flat)  # [batch, L]
+        local = (hidden.new_zeros(scored.shape, dtype=torch.float32) + anchor).masked_scatter(scored, flat)  # [b, L]
         full = gather_sequence(local, group)[:, : layout.width]  # [batch, S0]
         results.append(_to_grid(full, batch))
     return results[0], (results[1] if with_entropy else None)
 
 
 def sp_response_values(critic, batch: PaddedBatch | PackedBatch, group) -> torch.Tensor:
-    """``response_values`` of a ``CriticModel`` (``backbone`` + ``value_head``) under sequence parallelism:
+    """``response_values`` of a ``CriticModel`` (or an engine wrapping one) under sequence parallelism:
     V(s_t) [batch, T] float32, zeros where masked, the same on every rank of ``group``."""
     layout = shard_layout(batch, dist.get_world_size(group), dist.get_rank(group))
-    hidden = local_hidden(critic.backbone, layout, group)  # [batch, L, hidden]
-    values = critic.value_head(hidden).squeeze(-1).float()  # [batch, L]
+    values = sp_forward(critic, layout, group)  # [batch, L] float32
     full = gather_sequence(values, group)[:, : layout.width]  # [batch, S0]
     return _to_grid(full, batch)
