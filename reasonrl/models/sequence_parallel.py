@@ -12,7 +12,9 @@ Outputs per token are computed on the rank's L positions and gathered (:func:`ga
 * log-probs (:func:`sp_response_logprobs`): the LM head runs only on the positions that predict a response token,
   ``chunk_size`` rows at a time and checkpointed, so no [L, vocab] logits exist beyond one chunk:
   ``log p_T(a) = z_a / T - logsumexp(z / T)`` with ``z = lm_head(h)`` [chunk, vocab];
-* values (:func:`sp_response_values`): ``value_head(h)`` of a ``CriticModel``.
+* values (:func:`sp_response_values`): the ``CriticModel``'s forward, ``value_head(h)``.
+
+The model is always called at its root (:func:`sp_forward`; a DeepSpeed engine's ``forward``), never a submodule.
 
 Results are ``[batch, T]`` float32 on the response grid, zeros where ``action_mask`` is False: the same as
 ``reasonrl.models.logprobs.response_logprobs`` / ``reasonrl.models.critic.response_values`` at SP = 1.
@@ -21,7 +23,9 @@ Gradients. The gather's backward hands each rank the gradient of ITS positions o
 loss from the same gathered tensor, so the slice is the whole of that rank's share). Each rank's parameter
 gradients are then a partial sum (its positions, plus what the all-to-alls bring back from the others' attention);
 the SUM of the gradients over the SP group is the SP = 1 gradient. A training engine must therefore sum (not
-average) gradients within the SP group, and average over data-parallel replicas only.
+average) gradients within the SP group, and average over data-parallel replicas only: with DeepSpeed, every rank
+backpropagates ``loss * world_size`` (normalised by the global token count) and the engine averages over all ranks
+(tested under ZeRO-3: docs/distributed.md, "Sequence parallelism (Ulysses)").
 """
 
 from __future__ import annotations
