@@ -12,9 +12,10 @@ Micro-batch A belongs to rank 0, B to rank 1 (as the driver's shards would). Two
   and DeepSpeed's average over the 2 ranks of loss * 2 gives the sum over micro-batches: the dp gradient.
 
 The loss is GRPO-like (clipped ratio with advantages, a loss mask with holes) normalised by the global token count
-of A and B, as the workers do. Measured: the log-probs of each micro-batch (sp against dp), the fp32 gradients the
-optimizer sees (``deepspeed.utils.safe_get_full_grad``, after the boundary, before the step), max abs diffs. Rank 0
-writes them as JSON.
+of A and B, as the workers do; then the same for two ``CriticModel`` engines and a masked value loss. Measured: the
+log-probs (values) of each micro-batch (sp against dp), the fp32 gradients the optimizer sees
+(``deepspeed.utils.safe_get_full_grad``, after the boundary, before the step), max abs diffs. Rank 0 writes them as
+JSON.
 
 Usage: python sp_ds_probe.py <rank> <world_size> <port> <zero_stage> <out_json>
 """
@@ -56,6 +57,24 @@ def _engine(path: str, cfg: dict):
     return ds.initialize(model, cfg, opt), hf_cfg
 
 
+def _critic_engine(path: str, cfg: dict):
+    from reasonrl.distributed import deepspeed_engine as ds
+    from reasonrl.models.critic import load_critic
+
+    hf_cfg = ds.hf_zero3_config(cfg)  # partitions the backbone at load time (kept referenced by the caller)
+    critic = load_critic(path, seed=0)
+    opt = ds.make_optimizer(critic, lr=1e-5, ds_config=cfg, impl="torch")
+    return ds.initialize(critic, cfg, opt), hf_cfg
+
+
+def _value_loss(values, action_mask, global_tokens: int):
+    """0.5 * sum over the loss mask of (V - R)^2 / global_tokens, fixed returns R in [-1, 1]."""
+    import torch
+
+    returns = torch.linspace(-1.0, 1.0, values.numel()).reshape(values.shape)
+    return 0.5 * (((values - returns) ** 2) * _mask(action_mask)).sum() / global_tokens
+
+
 def _full_grads(engine) -> dict:
     """Every parameter's whole fp32 gradient as the optimizer sees it (a ZeRO-3 gather: collective)."""
     from deepspeed.utils import safe_get_full_grad
@@ -71,8 +90,9 @@ def main(rank: int, world: int, port: int, stage: int, out: str) -> None:
     from reasonrl.distributed import ds_config
     from reasonrl.models import tiny_model_path
     from reasonrl.models.batching import pad_batch
+    from reasonrl.models.critic import response_values
     from reasonrl.models.logprobs import response_logprobs
-    from reasonrl.models.sequence_parallel import sp_response_logprobs
+    from reasonrl.models.sequence_parallel import sp_response_logprobs, sp_response_values
     from reasonrl.models.ulysses_attention import use_ulysses_attention
 
     ds.init_distributed(rank, world, "127.0.0.1", port, timeout_s=120)
@@ -101,11 +121,34 @@ def main(rank: int, world: int, port: int, stage: int, out: str) -> None:
         lp_diff = max(lp_diff, (lp_sp.detach() - lps_dp[j]).abs().max().item())
         ds.backward(sp, _loss(lp_sp, batches[j].action_mask, global_tokens) * world, is_last=j == world - 1)
     grads_sp = _full_grads(sp)
+
+    # the critic the same way: values and the reduced gradients of a value loss
+    cdp, _keep_cdp = _critic_engine(path, cfg)
+    cdp.train()
+    v_dp = response_values(cdp, batches[rank])
+    ds.backward(cdp, _value_loss(v_dp, batches[rank].action_mask, global_tokens) * world, is_last=True)
+    cgrads_dp = _full_grads(cdp)
+    vs_dp = [v_dp.detach() if r == rank else torch.empty(batches[r].action_mask.shape) for r in range(world)]
+    for r in range(world):
+        dist.broadcast(vs_dp[r], src=r)
+    csp, _keep_csp = _critic_engine(path, cfg)
+    use_ulysses_attention(csp.module.backbone, "sdpa")
+    csp.train()
+    v_diff = 0.0
+    for j in range(world):
+        v_sp = sp_response_values(csp, batches[j], group)  # through the engine
+        v_diff = max(v_diff, (v_sp.detach() - vs_dp[j]).abs().max().item())
+        ds.backward(csp, _value_loss(v_sp, batches[j].action_mask, global_tokens) * world, is_last=j == world - 1)
+    cgrads_sp = _full_grads(csp)
     result = {
         "logprobs": lp_diff,
         "grads": max((grads_sp[n] - g).abs().max().item() for n, g in grads_dp.items()),
         "max_grad": max(g.abs().max().item() for g in grads_dp.values()),
         "params": len(grads_dp),
+        "values": v_diff,
+        "critic_grads": max((cgrads_sp[n] - g).abs().max().item() for n, g in cgrads_dp.items()),
+        "max_critic_grad": max(g.abs().max().item() for g in cgrads_dp.values()),
+        "critic_params": len(cgrads_dp),
     }
     if rank == 0:
         with open(out, "w") as f:
