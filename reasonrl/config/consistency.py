@@ -309,7 +309,8 @@ def _check_lengths(cfg: BasePPOExpConfig) -> list[str]:
             f"max_tokens_per_micro_batch={cfg.max_tokens_per_micro_batch} cannot hold one full sample "
             f"(max_prompt_len + generate_max_len = {total} tokens): raise it to >= {total}, or {fix}"
         )
-    for name in ("pretrain", "critic_pretrain" if cfg.use_critic else None):
+    # the distillation teacher reads every sample whole too (its log-probs of the sampled tokens)
+    for name in ("pretrain", "critic_pretrain" if cfg.use_critic else None, "teacher_pretrain"):
         value = getattr(cfg, name) if name else None
         if value is None:
             continue

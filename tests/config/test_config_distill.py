@@ -59,6 +59,16 @@ def test_each_refusal_names_the_field_and_what_to_do(fields, start, words):
     assert start in str(err.value)
 
 
+def test_a_teacher_whose_context_is_shorter_than_a_sample_is_refused():
+    """tiny-demo has 256 positions; tiny (the student) 2048."""
+    with pytest.raises(ConfigError) as err:
+        cfg(**{**ONE, "teacher_pretrain": "tiny-demo", "max_prompt_len": 200, "generate_max_len": 100}).validate()
+    assert "= 300 tokens exceed the context of teacher_pretrain='tiny-demo' (max_position_embeddings 256)" in str(
+        err.value
+    )
+    cfg(**{**ONE, "teacher_pretrain": "tiny-demo", "max_prompt_len": 200, "generate_max_len": 56}).validate()
+
+
 def test_a_teacher_with_another_tokenizer_is_refused_before_start_up_with_the_reason():
     """tiny-code's tokenizer was trained on other text than tiny's: same size, other ids."""
     problems = teacher_tokenizer_problems(cfg(teacher_pretrain="tiny-code"))
@@ -67,7 +77,8 @@ def test_a_teacher_with_another_tokenizer_is_refused_before_start_up_with_the_re
     assert problem.startswith("teacher_pretrain='tiny-code' does not share the tokenizer of pretrain='tiny'")
     assert "tokens have another id (e.g." in problem and "use a teacher of the same model family" in problem
     with pytest.raises(ConfigError, match="does not share the tokenizer"):
-        validate_run(cfg(teacher_pretrain="tiny-code", train_data=["gsm8k_test"], eval_data=[], **ONE))
+        short = {"max_prompt_len": 128, "generate_max_len": 64}  # within tiny-code's 256 positions
+        validate_run(cfg(**{**ONE, **short}, teacher_pretrain="tiny-code", train_data=["gsm8k_test"], eval_data=[]))
 
 
 def test_a_teacher_with_the_same_tokenizer_passes_the_run_checks():
