@@ -297,6 +297,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
     from reasonrl.distributed.ray_cluster import check_ray_address, init_ray
     from reasonrl.exp import BasePPOExp
     from reasonrl.rewards.routing import routing_problems
+    from reasonrl.run.judge_launch import start_judge
     from reasonrl.run.launch import logged, ray_cluster_checked, start_reward_actors, start_vllm_engines
     from reasonrl.sft.warm_start import register_offline_models
     from reasonrl.utils.reaper import start_reaper
@@ -357,10 +358,13 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, float | int]]:
         )
         stack.callback(logged, plan.remove)
         reward_actors = start_reward_actors(cfg, stack, scorer)  # reward_num_cpus > 0: math / code on Ray actors
+        judge_engine = start_judge(cfg, stack, scorer, plan.device)  # judge_pretrain: its own CPU bundle
         engines = start_vllm_engines(cfg, plan["vllm"], stack)
         ray.get([e.ready.remote() for e in engines])
         if reward_actors is not None:
             reward_actors.wait_ready()
+        if judge_engine is not None:
+            ray.get(judge_engine.ready.remote())
         evaluator = Evaluator(cfg, engines, tokenizer, template, scorer)
         for name, rows in eval_sets.items():
             summary, set_records = asyncio.run(evaluator.evaluate_set(name, list(rows)))

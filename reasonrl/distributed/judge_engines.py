@@ -69,3 +69,48 @@ class EngineJudge:
             if hi > lo
         ]
         return [c.text for part in ray.get(refs) for c in part]
+
+
+JUDGE_TEMPLATE_MARGIN = 1024
+"""Tokens the judge's context keeps for its template's own text around the question and the response."""
+
+
+def judge_context(model_context: int | None, max_prompt_len: int, generate_max_len: int, judge_max_tokens: int) -> int:
+    """The judge engine's ``max_model_len``: what it reads (the policy's prompt and response, the template's text:
+    :data:`JUDGE_TEMPLATE_MARGIN`) and writes (``judge_max_tokens``), no more than the judge model's own context
+    (``max_position_embeddings``; None: unknown, not bounded)."""
+    need = max_prompt_len + generate_max_len + JUDGE_TEMPLATE_MARGIN + judge_max_tokens
+    return need if model_context is None else min(need, model_context)
+
+
+def start_judge_engine(model_source: str, *, dtype: str, max_model_len: int, seed: int, ready_timeout_s: float = 60.0):
+    """One frozen :class:`~reasonrl.distributed.vllm_engine.VLLMEngine` actor of the judge on a placement group of
+    its own, one CPU bundle, with a CPU placement's environment; returns ``(engine, placement group)`` (the caller
+    shuts the engine down and removes the group). Raises ``TimeoutError`` when the cluster has no free CPU for the
+    bundle within ``ready_timeout_s`` (the run's placement groups hold theirs first)."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from reasonrl.distributed.platform import cpu_threads_env, runtime_env_vars
+    from reasonrl.distributed.vllm_engine import create_vllm_engines
+
+    pg = placement_group([{"CPU": 1}], strategy="PACK", name="reasonrl-judge")
+    try:
+        ray.get(pg.ready(), timeout=ready_timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        remove_placement_group(pg)
+        raise TimeoutError(f"no free CPU for the judge's bundle within {ready_timeout_s:g}s") from None
+    env = runtime_env_vars(on_gpu=False) | cpu_threads_env(1.0)
+    (engine,) = create_vllm_engines(
+        1,
+        model_source,
+        placement_group=pg,
+        bundle_indices=[0],
+        num_cpus=1,
+        env=env,
+        dtype=dtype,
+        max_model_len=max_model_len,
+        seed=seed,
+        enable_sleep_mode=False,
+    )
+    return engine, pg

@@ -293,8 +293,9 @@ class JudgeScorer:
             raise AttributeError(name)
         return getattr(inner, name)
 
-    def attach(self, generate: Generate) -> None:
-        """Give the judge model once it runs (``reasonrl.run.launch`` does for ``judge_pretrain``)."""
+    def attach(self, generate: Generate | None) -> None:
+        """Give the judge model once it runs (``reasonrl.run.judge_launch`` does for ``judge_pretrain``, once per
+        attempt), or take it away (None: the attempt's engine is going away)."""
         self.generate = generate
 
     def judge(self, completions: Sequence[Completion], rows: Sequence[Mapping[str, Any]]) -> list[JudgeVerdict]:
@@ -405,7 +406,7 @@ def judge_configured(cfg) -> bool:
 def judge_from_config(cfg, inner: Callable | None) -> JudgeScorer:
     """The run's :class:`JudgeScorer` around the routed scorer ``inner``: its model is the ``judge_url`` client at
     once, or, for ``judge_pretrain``, attached once the run has started the judge engine
-    (``reasonrl.run.launch.start_judge``). Raises :class:`JudgeSpecError` naming ``judge_template`` /
+    (``reasonrl.run.judge_launch.start_judge``). Raises :class:`JudgeSpecError` naming ``judge_template`` /
     ``judge_parse`` when they cannot be used (built before Ray starts)."""
     generate = None
     if cfg.judge_url:

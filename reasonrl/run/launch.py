@@ -22,6 +22,7 @@ from loguru import logger
 from reasonrl.config import BasePPOExpConfig
 from reasonrl.run.checks import validate_run
 from reasonrl.run.exp_hooks import ExpInputs
+from reasonrl.run.judge_launch import start_judge
 
 
 @contextlib.contextmanager
@@ -75,10 +76,13 @@ def start_attempt(cfg: BasePPOExpConfig, stack: contextlib.ExitStack, inputs: Ex
     check_models_on_nodes(cfg, plan)  # every node that loads a model has it, before any actor starts
     # reward_num_cpus > 0: the math / code routes' actors, on the CPUs the placement left; they start with the roles
     reward_actors = start_reward_actors(cfg, stack, inputs.scorer)
+    judge_engine = start_judge(cfg, stack, inputs.scorer, plan.device)  # judge_pretrain: its own CPU bundle
     reward_pad_id, reward_encoder = reward_model_inputs(cfg, tokenizer)
     roles = start_roles(cfg, stack, plan, num_steps, tokenizer.pad_token_id, reward_pad_id)
     if reward_actors is not None:
         reward_actors.wait_ready()
+    if judge_engine is not None:
+        ray.get(judge_engine.ready.remote())
     return PPOTrainer(
         cfg,
         roles,
