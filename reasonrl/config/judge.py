@@ -18,9 +18,9 @@ JUDGE_ONLY_FIELDS = ("judge_template", "judge_weights", "judge_unparsed_reward")
 
 def judge_problems(cfg, environ: Mapping[str, str] | None = None) -> list[str]:
     """Problems of the ``judge_*`` fields: both or neither of ``judge_pretrain`` / ``judge_url`` with judge-only
-    fields set, a URL that is not ``http(s)://host[:port]/path``, ``judge_url`` without ``judge_model``, an unset
-    key variable, ``judge_pretrain`` on GPUs (not yet placed there), a template or parse rule that cannot be used,
-    weights outside [0, 1], numbers out of range."""
+    fields set, weights that judge no row, a URL that is not ``http(s)://host[:port]/path``, ``judge_url`` without
+    ``judge_model``, an unset key variable, ``judge_pretrain`` on GPUs (not yet placed there), a template or parse
+    rule that cannot be used, weights outside [0, 1], numbers out of range."""
     environ = os.environ if environ is None else environ
     problems = _number_problems(cfg)
     pretrain, url = cfg.judge_pretrain, cfg.judge_url
@@ -42,6 +42,12 @@ def judge_problems(cfg, environ: Mapping[str, str] | None = None) -> list[str]:
             )
     if url is not None:
         problems += _url_problems(cfg, environ)
+    weights = cfg.judge_weights if isinstance(cfg.judge_weights, dict) else {}
+    if cfg.judge_weight == 0 and not any(w for w in weights.values() if isinstance(w, int | float)):
+        problems.append(
+            f"judge_weight=0 and judge_weights={cfg.judge_weights!r}: no row would be judged, yet the judge would run; "
+            "give a weight > 0 (judge_weight, or per data_source in judge_weights) or unset judge_pretrain / judge_url"
+        )
     problems += _template_problems(cfg.judge_template)
     problems += _parse_problems(cfg.judge_parse)
     return problems

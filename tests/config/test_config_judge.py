@@ -47,6 +47,8 @@ def test_good_judges_pass_and_the_default_has_none(tmp_path):
         ({"judge_pretrain": "tiny", "judge_template": "no.jinja"}, "judge_template='no.jinja'", "no such file"),
         ({"judge_pretrain": "tiny", "judge_weight": 1.5}, "judge_weight=1.5", "[0, 1]"),
         ({"judge_pretrain": "tiny", "judge_weights": {"math": -1}}, "judge_weights['math']=-1", "[0, 1]"),
+        ({"judge_pretrain": "tiny", "judge_weight": 0.0}, "judge_weight=0 and judge_weights=None", "no row"),
+        ({"judge_pretrain": "tiny", "judge_weight": 0, "judge_weights": {"a": 0}}, "judge_weight=0 and", "no row"),
         ({"judge_pretrain": "tiny", "judge_max_tokens": 0}, "judge_max_tokens=0", ">= 1"),
         ({"judge_pretrain": "tiny", "judge_temperature": -1.0}, "judge_temperature=-1.0", ">= 0"),
         ({"judge_pretrain": "tiny", "judge_unparsed_reward": float("nan")}, "judge_unparsed_reward=nan", "finite"),
