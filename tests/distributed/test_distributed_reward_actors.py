@@ -6,6 +6,7 @@ with ``reward_num_cpus=0``) and compares field by field: verdicts, rewards, reas
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -15,6 +16,7 @@ import pytest
 from playground.tiny_ppo_cpu import TinyPPOCPUConfig
 from reasonrl.config import ConfigError
 from reasonrl.dataplane.completion import Completion
+from reasonrl.distributed.reward_actors import RewardActorError, RewardActors
 from reasonrl.rewards.routing import build_scorer
 from reasonrl.run.launch import start_reward_actors
 
@@ -146,6 +148,21 @@ def test_an_actor_killed_mid_batch_is_replaced_and_its_chunk_scored_again(driver
     same(out["results"], expected)
     assert actors.restarts == restarts + 1
     assert actors.places[0]["pid"] != victim
+
+
+def test_an_actor_that_dies_again_on_the_same_chunk_is_reported_naming_it(ray_cluster):
+    """A route whose scorer kills its process when built: the actor dies on the chunk, so does its replacement."""
+    actors = RewardActors({"code": functools.partial(os._exit, 1)}, 1, ready_timeout_s=60)
+    try:
+        actors.wait_ready()
+        rows, completions = code_rows_and_completions()
+        with pytest.raises(
+            RewardActorError, match=r"reward actor 0 died on node \w+ .* its replacement died on them too"
+        ):
+            actors.score("code", completions[:1], rows[:1])
+        assert actors.restarts == 1
+    finally:
+        actors.close()
 
 
 def test_too_few_free_cpus_are_refused_naming_the_field(ray_cluster):
