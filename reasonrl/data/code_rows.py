@@ -24,7 +24,7 @@ from typing import Any
 # The data_source values the trainer routes (reasonrl.rewards.routing.ROUTES, which data/ cannot import; a test keeps
 # the two in step): a code row with one of them keeps it, any other label (verl's and Skywork-OR1's dataset names,
 # e.g. "taco", "train-code-taco-hard") becomes "code" and is kept in ``data_source_label``.
-ROUTE_NAMES = ("math", "exact_match", "gym", "user", "code")
+ROUTE_NAMES = ("math", "exact_match", "gym", "user", "code", "remote")
 CODE = "code"
 
 

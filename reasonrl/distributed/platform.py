@@ -91,6 +91,9 @@ def runtime_env_vars(on_gpu: bool | None = None) -> dict[str, str]:
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
             "HF_HUB_OFFLINE": "1",  # CPU runs use local folders only; never wait on a hub
         }
+    # a multiprocess engine's workers get 30 s to exit before SIGTERM (vLLM: 5 s), so a slow exit on a loaded host
+    # still frees its /dev/shm ring buffers (vllm_engine.ENGINE_SHUTDOWN_TIMEOUT_S)
+    env["VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS"] = "30"
     return common_env_vars() | _user_wins(env) | {DEVICE_ENV_VAR: "gpu" if on_gpu else "cpu"}
 
 

@@ -37,6 +37,12 @@ from reasonrl.utils.worker_logs import install_worker_log_sink
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks
 PREFIX_RESET_WAIT_S = 2.0
+# How long a multiprocess engine core may take to stop (vLLM's default is 5 s). The engine core first waits
+# VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS (platform.runtime_env_vars: 30 s) for its workers, then SIGTERM (4 s): on a
+# loaded host a worker still exiting after 5 s was terminated and the engine core force-killed, leaving their /dev/shm
+# ring buffers behind (seen in tests/distributed/test_distributed_vllm_multiprocess.py under the 2-worker suite). A
+# clean exit takes well under a second; the longer deadline only lets a slow one finish.
+ENGINE_SHUTDOWN_TIMEOUT_S = 40.0
 """How long a sync waits for the engine to go idle when vLLM refuses to reset its prefix cache (requests running)."""
 
 
@@ -510,7 +516,7 @@ class VLLMEngine(EngineFlow):
             return
         engine_core = getattr(llm.llm_engine, "engine_core", None)
         if engine_core is not None and hasattr(engine_core, "shutdown"):
-            engine_core.shutdown()
+            engine_core.shutdown(timeout=ENGINE_SHUTDOWN_TIMEOUT_S)
         del self.llm
         gc.collect()
 
