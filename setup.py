@@ -39,7 +39,7 @@ EXTRAS = {
     "gpu": ["vllm==0.32.0"],
     # flash-attn compiles against the installed torch (no wheel for torch 2.13; needs the CUDA toolkit), so it cannot
     # be built in pip's isolated build env: after the gpu extra, `pip install flash-attn==2.8.3.post2
-    # --no-build-isolation` (README "CPU and GPU", Dockerfile). Optional: attention falls back to sdpa without it.
+    # --no-build-isolation` (docs/cpu_and_gpu.md, Dockerfile). Optional: attention falls back to sdpa without it.
     "flash": ["flash-attn==2.8.3.post2"],
     "gym": ["reasoning-gym==0.1.25"],
     # Weights & Biases for tracker=wandb/both (imported only when a run asks for it).

@@ -49,6 +49,7 @@ def test_python_blocks_are_found_by_fence_language():
     )
     assert python_blocks(sample) == [(7, "print(1)\n")]  # only the python fence, dedented; py, bash, text never run
     assert any("BasePPOExp" in code for _, code in BLOCKS), "the documentation lost its notebook example"
+    assert {where.split(":")[0] for where in IDS} >= {"docs/notebook.md", "docs/evaluation.md"}, IDS
 
 
 @pytest.mark.parametrize("where,code", BLOCKS, ids=IDS)
