@@ -46,6 +46,14 @@ EXTRAS = {
     "wandb": ["wandb==0.31.0"],
     # wandb: the tests run the W&B tracker in offline mode; pytest-xdist: `make test` runs two workers.
     "dev": ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist==3.8.0", "ruff==0.17.5", "wandb==0.31.0"],
+    # The documentation site (`make docs`: mkdocs.yml, docs/); not part of the test install.
+    "docs": [
+        "mkdocs==1.6.1",
+        "mkdocs-material==9.8.2",
+        "mkdocstrings==1.0.8",
+        "mkdocstrings-python==2.0.11",
+        "pymdown-extensions==13.1.2",
+    ],
 }
 
 setup(
