@@ -43,3 +43,15 @@ format: install
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The documentation site: docs/ -> site/ (mkdocs.yml). The `docs` extra is installed on first use, never by `make
+# install` (the tests do not need it). Strict: a broken link or anchor, or a page missing from the nav, fails.
+DOCS_STAMP := $(VENV)/.reasonrl-docs-installed
+.PHONY: docs
+
+$(DOCS_STAMP): $(STAMP) setup.py
+	$(PIP) install -q -c $(CONSTRAINTS) -e '.[docs]'
+	@touch $@
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d site
