@@ -57,6 +57,7 @@ def start_attempt(cfg: BasePPOExpConfig, stack: contextlib.ExitStack, inputs: Ex
     # The tracker opens before Ray: its train.log also gets the workers' warnings and errors (the local Ray
     # instance and its workers inherit REASONRL_LOG_FILE: reasonrl.utils.worker_logs).
     tracker = start_tracker(cfg, stack, num_steps, resume_from)
+    tracker.set_phase("start-up")  # next to the progress bar until the first step: Ray, placement, engines, ranks
     stack.enter_context(exported_log_file(tracker.run_dir / "train.log"))
     started_ray = not ray.is_initialized()
     with ray_cluster_checked():
