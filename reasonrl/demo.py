@@ -57,7 +57,7 @@ from pathlib import Path
 
 from loguru import logger
 
-from reasonrl.demo_story import Story, eval_command
+from reasonrl.utils.story import Story, eval_command
 
 
 @dataclasses.dataclass

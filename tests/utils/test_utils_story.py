@@ -1,4 +1,4 @@
-"""What the demo prints while it works (reasonrl/demo_story.py): numbered phases with their times and notes, and the
+"""What the demo prints while it works (reasonrl/utils/story.py): numbered phases with their times and notes, and the
 command that evaluates the final checkpoint, in every task's summary."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from reasonrl.demo import DemoResult, agent_summary, code_summary, summary, tools_summary
-from reasonrl.demo_story import Story, eval_command
+from reasonrl.utils.story import Story, eval_command
 
 
 def test_each_phase_prints_its_number_then_its_note_and_time():
