@@ -16,6 +16,9 @@ in that shard (``update_mini_batch``). ``update(experience, ...)`` takes a whole
 Masks: a micro-batch's forward runs over the response span (``batch.action_mask`` of the padded/packed batch); its
 losses, metrics and token counts use the experience's loss mask (``Experience.action_mask``, a subset of the span
 that may have holes: tool output), via :func:`_loss_mask`.
+
+Sequence parallelism (``sequence_parallel_size`` > 1, Ulysses): groups of consecutive ranks run each member's
+micro-batches together, one "group round" per member (``reasonrl.distributed.sp_rounds``); at 1 nothing changes.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ of ``reasonrl.distributed.sp_rounds``) against the same roles at 1 on the same s
 
 Micro-batches of ~20 tokens: every shard needs several and the two ranks need different counts, so the rounds run
 zero-weighted dummies too. The policy loss is the GRPO-like one with a KL loss and an entropy bonus on a loss mask
-with holes; the critic's is the clipped value loss.
+with holes; the critic's is the clipped value loss. The reference runs packed micro-batches at SP = 2 and is
+compared with plain transformers (padded: another shape, the same 1e-5 as test_distributed_ppo_workers.py).
 
 Tolerance 1e-5 (absolute for log-probs, values and per-token metrics; relative for the gradient norm): SP = 2 does
 the same float32 operations grouped differently (matmuls over half the positions, attention two heads at a time,
@@ -129,8 +130,10 @@ def test_reference_and_critic_sp2_match(ray_cluster, config, tiny_model_dir):
     samples = make_samples(8, seed=1)
     parts = even_parts(list(range(len(samples))), WORLD)
     shards = [[samples[i] for i in p] for p in parts]
-    ref = start(ReferenceWorker, config, 2)
+    # packed micro-batches (one row per micro-batch, sequences kept apart by the segment mask; auto resolves sdpa)
+    ref = start(ReferenceWorker, dataclasses.replace(config, packing="on", attn_implementation="auto"), 2)
     try:
+        assert [(r["packing"], r["sequence_parallel_ranks"]) for r in ref.call("attention")] == [(True, 2)] * 2
         ref_lp = stitch(ref.call_sharded("compute_logprobs", shards))
     finally:
         ref.kill()
@@ -156,7 +159,8 @@ def test_reference_and_critic_sp2_match(ray_cluster, config, tiny_model_dir):
     value_diff = (values[2] - values[1]).abs().max().item()
     worst = assert_same_metrics(metrics[1], metrics[2])
     print(
-        f"reference SP=2 vs transformers: log-probs {ref_diff:.2e}; critic SP=2 vs SP=1: values {value_diff:.2e}, "
-        f"update metrics {worst:.2e} (grad_norm {metrics[1][0]['grad_norm']:.3f})"
+        f"reference SP=2 packed vs transformers: log-probs {ref_diff:.2e}; "
+        f"critic SP=2 vs SP=1: values {value_diff:.2e}, update metrics {worst:.2e} "
+        f"(grad_norm {metrics[1][0]['grad_norm']:.3f})"
     )
     assert value_diff <= TOL
