@@ -60,6 +60,7 @@ SLOWEST_FILES = (
     "tests/test_readme.py",  # 74
     "tests/distributed/test_distributed_ppo_workers.py",  # 90
     "tests/distributed/test_distributed_sp_workers.py",  # ~210 alone under load (2 tests: 94 + 115)
+    "tests/loop/test_sequence_parallel_run.py",  # ~90 alone under load
     "tests/loop/test_trainer.py",  # 80
     "tests/distributed/test_distributed_vllm_flow.py",  # ~60 (measured one by one)
     "tests/loop/test_trainer_features.py",  # 55
