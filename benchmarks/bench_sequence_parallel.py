@@ -91,7 +91,9 @@ def rank_main(rank: int, world: int, store: str, tokens: int, reps: int, out: st
 def run(world: int, tokens: int, reps: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out, store = str(Path(tmp) / "r"), str(Path(tmp) / "store")
-        env = dict(os.environ, OMP_NUM_THREADS="1")
+        # large blocks mmapped (freed to the OS at once), so the high-water RSS above the loaded model is what the
+        # forward + backward held: activations, and the gradients once backward allocates them (set to None before)
+        env = dict(os.environ, OMP_NUM_THREADS="1", MALLOC_MMAP_THRESHOLD_="65536")
         cmd = [sys.executable, __file__, "--rank-of", str(world), "--store", store, "--out", out]
         cmd += ["--tokens", str(tokens), "--reps", str(reps)]
         procs = [subprocess.Popen([*cmd, "--rank", str(r)], env=env) for r in range(world)]
