@@ -20,6 +20,7 @@ import dataclasses
 
 import pytest
 import torch
+from fixtures.token_samples import make_samples
 
 from reasonrl.algos.loss_settings import PolicyLossConfig, PolicyStepCoefs, ValueLossConfig
 from reasonrl.dataplane.experience import Experience
@@ -30,17 +31,6 @@ from reasonrl.utils.even_split import even_parts
 
 pytestmark = pytest.mark.integration
 WORLD, TOL = 2, 1e-5
-
-
-def make_samples(n: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
-    g = torch.Generator().manual_seed(seed)
-    return [
-        (
-            torch.randint(3, 2048, (3 + i % 5,), generator=g).tolist(),
-            torch.randint(3, 2048, (2 + (3 * i) % 7,), generator=g).tolist(),
-        )
-        for i in range(n)
-    ]
 
 
 def stitch(parts: list[torch.Tensor]) -> torch.Tensor:
