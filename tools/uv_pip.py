@@ -176,7 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         return subprocess.call([sys.executable, "-m", "pip", command, *args])
     cmd, env = uv_command(uv, command, args, pip_settings() if command == "install" else {}, sys.executable)
     print(shlex.join([f"{k}={v}" for k, v in env.items()] + cmd), file=sys.stderr)  # what pip's config became
-    return subprocess.call(cmd, env=os.environ | env)
+    code = subprocess.call(cmd, env=os.environ | env)
+    if code != 0 and command == "install":  # a machine whose configuration uv reads otherwise: pip, as before uv
+        print(f"tools/uv_pip.py: uv exited {code}; pip runs the same install", file=sys.stderr)
+        return subprocess.call([sys.executable, "-m", "pip", command, *args])
+    return code
 
 
 if __name__ == "__main__":

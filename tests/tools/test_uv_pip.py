@@ -125,6 +125,22 @@ def test_pip_runs_when_asked_or_when_uv_is_missing(monkeypatch, installer):
     assert calls == [[sys.executable, "-m", "pip", "install", "-q", "-U", "pip"]]
 
 
+def test_an_install_uv_fails_is_run_again_by_pip(monkeypatch, capsys):
+    """A machine whose pip configuration uv reads otherwise (an index layout, a setting it lacks) still installs: pip
+    runs the same command, as before uv. An uninstall is not repeated."""
+    calls = []
+    monkeypatch.setattr(uv_pip, "find_uv", lambda: "/v/bin/uv")
+    monkeypatch.setattr(uv_pip, "pip_settings", dict)
+    monkeypatch.setattr(uv_pip.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or (2 if "uv" in cmd[0] else 0))
+    assert uv_pip.main(["install", "-q", "-e", ".[cpu]"]) == 0
+    assert calls[0][:3] == ["/v/bin/uv", "pip", "install"]
+    assert calls[1] == [sys.executable, "-m", "pip", "install", "-q", "-e", ".[cpu]"]
+    assert "uv exited 2; pip runs the same install" in capsys.readouterr().err
+    calls.clear()
+    assert uv_pip.main(["uninstall", "-q", "-y", "torchvision"]) == 2
+    assert len(calls) == 1
+
+
 def test_usage_errors_exit_2(monkeypatch, capsys):
     monkeypatch.setattr(uv_pip.subprocess, "call", lambda cmd, **kw: pytest.fail(f"ran {cmd}"))
     for argv in (["--installer", "conda", "install", "x"], ["--installer"], ["freeze"], []):
