@@ -197,14 +197,17 @@ def wandb_offline(tmp_path, monkeypatch):
 
 @pytest.fixture
 def short_grpo_demo(tmp_path):
-    """``run(task, steps, margin, what)``: a short GRPO run of ``python -m reasonrl.demo --task <task>`` (seed 0,
-    held-out eval at step 0 and at the end only) that must raise the held-out ``what`` by ``margin``; returns its
-    ``DemoResult``. The learning tests of the code and tools demos."""
+    """``run(task, steps, margin, what, **overrides)``: a short GRPO run of ``python -m reasonrl.demo --task <task>``
+    (seed 0, held-out eval at step 0 and at the end only; ``overrides``: config fields, e.g. ``lr_warmup_steps``) that
+    must raise the held-out ``what`` by ``margin``; returns its ``DemoResult``. The learning tests of the code, tools,
+    agent and vision demos."""
     from reasonrl.demo import run_rl
 
-    def run(task: str, steps: int, margin: float, what: str):
+    def run(task: str, steps: int, margin: float, what: str, **overrides):
         logs, ckpt = str(tmp_path / "logs"), str(tmp_path / "ckpt")
-        result = run_rl("grpo", task=task, steps=steps, seed=0, log_dir=logs, ckpt_dir=ckpt, eval_interval=steps)
+        result = run_rl(
+            "grpo", task=task, steps=steps, seed=0, log_dir=logs, ckpt_dir=ckpt, eval_interval=steps, **overrides
+        )
         print(
             f"{task} grpo: held-out {result.heldout_before:.3f} -> {result.heldout_after:.3f} in "
             f"{result.rl_seconds:.0f} s ({result.mean_step_seconds:.1f} s/step, "
