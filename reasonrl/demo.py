@@ -41,10 +41,10 @@ the same steps; held-out accuracy before -> after for both.
 dots (``playground.vision_grpo_cpu``): held-out accuracy on 200 pictures whose boards never occur in training, before
 -> after, cross-checked with transformers.
 
-``--task distill`` (:mod:`reasonrl.demo_distill`, docs/algorithms.md section 10): on-policy distillation from the
-teacher ``arith-sft-teacher`` against GRPO, both from the weak student ``arith-sft-student`` with the same budget, on
-two seeds: held-out accuracy per step side by side, seconds per step, and when distillation reaches GRPO's final
-accuracy.
+``--task distill`` (:func:`main_distill`, :mod:`reasonrl.utils.demo_distill`; docs/algorithms.md section 10):
+on-policy distillation from the teacher ``arith-sft-teacher`` against GRPO, both from the weak student
+``arith-sft-student`` with the same budget (``playground.arith_distill_cpu``), on two seeds: held-out accuracy per
+step side by side, seconds per step, and when distillation reaches GRPO's final accuracy.
 
 ``--lora`` runs the math GRPO with rank-8 LoRA adapters (``playground.arith_grpo_lora_cpu``, docs/lora.md): the
 reference is the policy with its adapter off, the sync merges the adapters; the same before -> after numbers.
@@ -306,8 +306,6 @@ def main(argv=None) -> list[DemoResult]:
     if args.task == "distill":
         if args.algo != "grpo":
             parser.error("--task distill compares distillation with GRPO (--algo grpo)")
-        from reasonrl.demo_distill import main_distill
-
         args.seeds = args.seeds or 2
         return main_distill(args)
     if args.task == "code":
@@ -453,6 +451,43 @@ def main_vision(args) -> list[DemoResult]:
     ]
     print("\n".join(lines), flush=True)
     return [result]
+
+
+def main_distill(args) -> list[DemoResult]:
+    """``--task distill``: build (or find) the student and the teacher, check the teacher, run distillation and GRPO
+    from the student for each seed, print the side-by-side summary (:mod:`reasonrl.utils.demo_distill`); the runs'
+    results (distillation, GRPO, per seed)."""
+    from reasonrl.data import load_rows
+    from reasonrl.sft.warm_start import (
+        ArithStudentWarmStartConfig,
+        ArithTeacherWarmStartConfig,
+        student_warm_start_path,
+        teacher_warm_start_path,
+    )
+    from reasonrl.utils.demo_distill import EVAL_INTERVAL, METHODS, STEPS, DistillRun, distill_summary, heldout_curve
+
+    start = time.perf_counter()
+    student, student_note = built_warm_start(ArithStudentWarmStartConfig(), student_warm_start_path, args.log_dir)
+    teacher, teacher_note = built_warm_start(ArithTeacherWarmStartConfig(), teacher_warm_start_path, args.log_dir)
+    teacher_accuracy = greedy_accuracy(teacher, load_rows("arith_add2_heldout").rows)
+    steps = args.steps or STEPS
+    runs = []
+    for seed in range(args.seed, args.seed + args.seeds):
+        for method, task in METHODS.items():
+            result = run_rl(
+                "grpo",
+                task=task,
+                steps=steps,
+                seed=seed,
+                log_dir=args.log_dir,
+                ckpt_dir=args.ckpt_dir,
+                exp_name=f"demo_{task.replace('-', '_')}_s{seed}",
+                eval_interval=min(EVAL_INTERVAL, steps),
+            )
+            runs.append(DistillRun(method, seed, result, heldout_curve(result.log_dir / "metrics.jsonl")))
+    warm = {"student": (student, student_note), "teacher": (teacher, teacher_note)}
+    print(distill_summary(runs, warm, teacher_accuracy, time.perf_counter() - start), flush=True)
+    return [run.result for run in runs]
 
 
 def tools_summary(runs: dict[str, DemoResult], warm_seconds: float, total: float) -> str:

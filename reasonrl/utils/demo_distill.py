@@ -1,4 +1,6 @@
-"""``python -m reasonrl.demo --task distill``: on-policy distillation against GRPO from the same weak student.
+"""The runs and the report of ``python -m reasonrl.demo --task distill`` (its runner is ``reasonrl.demo.main_distill``:
+an entry point's code imports this module, never the other way): on-policy distillation against GRPO from the same
+weak student.
 
     python -m reasonrl.demo --task distill                   # 2 seeds x (distillation, GRPO) x 20 steps
     python -m reasonrl.demo --task distill --steps 10 --seeds 1 --seed 3
@@ -22,7 +24,6 @@ The runs' folders are ``<log-dir>/demo_distill_s<seed>`` and ``demo_distill_grpo
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 
 STEPS = 20  # --task distill's default number of RL steps of each run
@@ -50,42 +51,6 @@ def heldout_curve(metrics_path: Path) -> dict[int, float]:
 def steps_to_reach(curve: dict[int, float], target: float) -> int | None:
     """The first evaluated step whose accuracy is at least ``target`` (None: never)."""
     return next((step for step, accuracy in sorted(curve.items()) if accuracy >= target), None)
-
-
-def main_distill(args) -> list:
-    """``--task distill``: build (or find) the student and the teacher, check the teacher, run distillation and GRPO
-    for each seed, print the side-by-side summary; the runs' ``DemoResult`` s (distillation, GRPO, per seed)."""
-    from reasonrl.data import load_rows
-    from reasonrl.demo import built_warm_start, greedy_accuracy, run_rl
-    from reasonrl.sft.warm_start import (
-        ArithStudentWarmStartConfig,
-        ArithTeacherWarmStartConfig,
-        student_warm_start_path,
-        teacher_warm_start_path,
-    )
-
-    start = time.perf_counter()
-    student, student_note = built_warm_start(ArithStudentWarmStartConfig(), student_warm_start_path, args.log_dir)
-    teacher, teacher_note = built_warm_start(ArithTeacherWarmStartConfig(), teacher_warm_start_path, args.log_dir)
-    teacher_accuracy = greedy_accuracy(teacher, load_rows("arith_add2_heldout").rows)
-    steps = args.steps or STEPS
-    runs = []
-    for seed in range(args.seed, args.seed + args.seeds):
-        for method, task in METHODS.items():
-            result = run_rl(
-                "grpo",
-                task=task,
-                steps=steps,
-                seed=seed,
-                log_dir=args.log_dir,
-                ckpt_dir=args.ckpt_dir,
-                exp_name=f"demo_{task.replace('-', '_')}_s{seed}",
-                eval_interval=min(EVAL_INTERVAL, steps),
-            )
-            runs.append(DistillRun(method, seed, result, heldout_curve(result.log_dir / "metrics.jsonl")))
-    warm = {"student": (student, student_note), "teacher": (teacher, teacher_note)}
-    print(distill_summary(runs, warm, teacher_accuracy, time.perf_counter() - start), flush=True)
-    return [run.result for run in runs]
 
 
 def distill_summary(
