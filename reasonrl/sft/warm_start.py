@@ -86,9 +86,8 @@ class ArithStudentWarmStartConfig(ArithWarmStartConfig):
     Greedy held-out accuracy (``arith_add2_heldout``, 200 problems, plain transformers) measured on a shared 2-core
     CPU (``benchmarks/bench_distill_warm_starts.py``): 3.5% after 150 steps, 10.5% after 200, 25.0% after 250 (this
     setting), 64.5% after 400 (``arith-sft``). From 10.5% neither distillation nor GRPO moved in 10-20 steps (the
-    student rarely samples a right digit to learn from), so the student is the 250-step checkpoint. Build: 52 s
-    there in a process that had started Ray already (~0.15-0.2 s/step when the machine is quiet); 508 s from scratch
-    while another session's test suite loaded the 2 cores."""
+    student rarely samples a right digit to learn from), so the student is the 250-step checkpoint. Built from scratch
+    in 60 s on the quiet machine (508 s while another session's test suite loaded the 2 cores)."""
 
     exp_name: str = "arith_sft_student"
     max_steps: int | None = 250
@@ -105,8 +104,8 @@ class ArithTeacherWarmStartConfig(ArithWarmStartConfig):
     all from ``arith-sft`` (64.5%), cosine to 0: lr 1e-3 without warmup, batch 128: 90.0% after 50 steps, 98.0%
     after 100 (the first steps at full lr undo part of ``arith-sft``: train loss 0.90 at step 10, from a held-out
     0.28); lr 5e-4 with 5 warmup steps: 92.5% after 30 steps of 128, 94.5% after 50 steps of 64, 97.0% after 50 steps
-    of 128 (this setting: train loss 0.10 at step 10). Build: 136 s under the same load as the student's 508 s (the
-    50 steps took ~60 s of it), ``arith-sft`` itself not counted (cached; if not, it is built first)."""
+    of 128 (this setting: train loss 0.10 at step 10). Built in 31 s on the quiet machine (136 s under the load of the
+    student's 508 s), ``arith-sft`` not counted (cached; if it is missing it is built first, ~70 s)."""
 
     pretrain: str = "arith-sft"
     exp_name: str = "arith_sft_teacher"
