@@ -7,7 +7,7 @@
 # builder refuses any other nvcc (CUDAMismatchException). FusedAdam is pre-built into the deepspeed install
 # (DS_BUILD_FUSED_ADAM=1), so no run JIT-builds it. TORCH_CUDA_ARCH_LIST is what DeepSpeed's builder compiles for;
 # flash-attn's setup.py ignores it and reads its own FLASH_ATTN_CUDA_ARCHS (A100, H100/H200, B200).
-# This image cannot be built on the project's CPU-only CI; see README "GPU" for what it was checked against.
+# This image cannot be built on the project's CPU-only CI; see docs/cpu_and_gpu.md (GPU image) for what it was checked against.
 #
 #   docker build -t reasonrl .
 #   docker run --gpus all --shm-size 32g --network host -it reasonrl python -m playground.qwen7b_ppo
@@ -30,7 +30,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends \
 WORKDIR /workspace/reasonrl
 # Dependencies first (cached layer), then the source (.dockerignore keeps .venv, ckpt/, logs/, data/*.jsonl out).
 COPY setup.py pyproject.toml README.md ./
-# The README's GPU install, step by step: torch first (flash-attn compiles against it), then the gpu extra, then
+# The GPU install of docs/cpu_and_gpu.md, step by step: torch first (flash-attn compiles against it), then the gpu extra, then
 # flash-attn without build isolation (its build imports the installed torch). deepspeed is then reinstalled at
 # the same pin with FusedAdam compiled in: without build isolation (its setup.py imports torch), DS_ACCELERATOR=cuda
 # because no GPU is visible while the image builds (DeepSpeed would record "cpu" and refuse the pre-built op at run

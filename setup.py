@@ -39,13 +39,21 @@ EXTRAS = {
     "gpu": ["vllm==0.32.0"],
     # flash-attn compiles against the installed torch (no wheel for torch 2.13; needs the CUDA toolkit), so it cannot
     # be built in pip's isolated build env: after the gpu extra, `pip install flash-attn==2.8.3.post2
-    # --no-build-isolation` (README "CPU and GPU", Dockerfile). Optional: attention falls back to sdpa without it.
+    # --no-build-isolation` (docs/cpu_and_gpu.md, Dockerfile). Optional: attention falls back to sdpa without it.
     "flash": ["flash-attn==2.8.3.post2"],
     "gym": ["reasoning-gym==0.1.25"],
     # Weights & Biases for tracker=wandb/both (imported only when a run asks for it).
     "wandb": ["wandb==0.31.0"],
     # wandb: the tests run the W&B tracker in offline mode; pytest-xdist: `make test` runs two workers.
     "dev": ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist==3.8.0", "ruff==0.17.5", "wandb==0.31.0"],
+    # The documentation site (`make docs`: mkdocs.yml, docs/); not part of the test install.
+    "docs": [
+        "mkdocs==1.6.1",
+        "mkdocs-material==9.8.2",
+        "mkdocstrings==1.0.8",
+        "mkdocstrings-python==2.0.11",
+        "pymdown-extensions==13.1.2",
+    ],
 }
 
 setup(

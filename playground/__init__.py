@@ -19,6 +19,8 @@ GPU_RECIPES = (
     "qwen7b_dapo",
     "qwen32b_ppo",
     "skywork_code_grpo",
+    "skywork_code_grpo_32k",
+    "qwen7b_grpo_16k",
     "qwen7b_grpo_lora",
     "qwen32b_grpo_lora",
 )

@@ -25,7 +25,7 @@ Differs from ORZ:
   needs it), ORZ's per-step JSON dumps of all generations and replay buffers.
 - DEBUG_MODE: ORZ's is 8 GPUs, 16 prompts x 2 samples, 1 critic step; here one device (reasonrl/config/debug.py).
 
-    python -m playground.qwen7b_ppo                      # the full recipe (4 nodes: ray start first, see README)
+    python -m playground.qwen7b_ppo                      # the full recipe (4 nodes: docs/cpu_and_gpu.md)
     DEBUG_MODE=1 python -m playground.qwen7b_ppo         # one GPU, small batches
 """
 

@@ -63,6 +63,8 @@ from pathlib import Path
 
 from loguru import logger
 
+from reasonrl.utils.story import Story, eval_command
+
 
 @dataclasses.dataclass
 class DemoResult:
@@ -150,7 +152,7 @@ def run_rl(
     cfg = recipe(algo, task, lora)(
         exp_name=exp_name, seed=seed, max_steps=steps, log_dir=log_dir, ckpt_dir=ckpt_dir, resume="none"
     )
-    cfg = cfg.with_overrides({"progress_bar": False, **overrides})
+    cfg = cfg.with_overrides(overrides)  # the run's progress bar shows in a terminal (start-up, then each step)
     register_offline_models()  # validate_run resolves the models of a teacher's tokenizer check
     validate_run(cfg)
     for previous in (Path(ckpt_dir) / cfg.exp_name, Path(log_dir) / cfg.exp_name):  # the demo's own folders only
@@ -241,6 +243,7 @@ def code_summary(result, check: tuple[float, float], warm_path: Path, warm_note:
             f"    training reward (sampled, T=1)            {r.train_reward_first:6.3f} -> {r.train_reward_last:6.3f}"
             "   (mean of the first / last 3 steps)",
             f"    curves: {r.log_dir}/summary.png, summary.html   final model: {r.final_model}",
+            f"    evaluate it again: {eval_command(r.final_model)}",
             f"  total wall time {total:.0f} s",
         ]
     )
@@ -266,6 +269,7 @@ def summary(results, checks, warm_path: Path, warm_seconds: float, cached: bool,
             f"    training reward (sampled, T=1)            {r.train_reward_first:6.3f} -> {r.train_reward_last:6.3f}"
             "   (mean of the first / last 3 steps)",
             f"    curves: {r.log_dir}/summary.png, summary.html   final model: {r.final_model}",
+            f"    evaluate it again: {eval_command(r.final_model)}",
         ]
     lines.append(f"  total wall time {total:.0f} s")
     return "\n".join(lines)
@@ -330,15 +334,23 @@ def main(argv=None) -> list[DemoResult]:
     from reasonrl.utils.paths import cache_root
 
     start = time.perf_counter()
-    cached = (cache_root() / "models" / warm_start_key(ArithWarmStartConfig()) / "model.safetensors").exists()
-    warm_path = warm_start_path(log_dir=args.log_dir)
-    warm_seconds = time.perf_counter() - start
     algos = ["grpo", "ppo"] if args.algo == "both" else [args.algo]
+    story = Story(2 + len(algos))
+    cached = (cache_root() / "models" / warm_start_key(ArithWarmStartConfig()) / "model.safetensors").exists()
+    with story.phase("warm start arith-sft (an SFT of a 5M-parameter Qwen2 on 2-digit addition)") as note:
+        note("cached" if cached else "built by the SFT trainer, cached for later runs")
+        warm_path = warm_start_path(log_dir=args.log_dir)
+    warm_seconds = time.perf_counter() - start
     folders = dict(log_dir=args.log_dir, ckpt_dir=args.ckpt_dir)
-    results = [run_rl(a, steps=args.steps, seed=args.seed, lora=args.lora, **folders) for a in algos]
+    results = []
+    for a in algos:
+        name = f"{a.upper()}{' + LoRA' if args.lora else ''}"
+        with story.phase(f"{name}, {args.steps} steps on Ray + DeepSpeed + vLLM (held-out eval at step 0 and after)"):
+            results.append(run_rl(a, steps=args.steps, seed=args.seed, lora=args.lora, **folders))
     heldout = load_rows("arith_add2_heldout").rows
-    before = greedy_accuracy(warm_path, heldout)
-    checks = [(before, greedy_accuracy(r.final_model, heldout)) for r in results]
+    with story.phase("the same held-out accuracy, checked with plain transformers"):
+        before = greedy_accuracy(warm_path, heldout)
+        checks = [(before, greedy_accuracy(r.final_model, heldout)) for r in results]
     total = time.perf_counter() - start
     print(summary(results, checks, warm_path, warm_seconds, cached, total, args.log_dir), flush=True)
     return results
@@ -351,11 +363,15 @@ def main_code(args) -> list[DemoResult]:
     from reasonrl.sft.warm_start import CodeWarmStartConfig, code_warm_start_path
 
     start = time.perf_counter()
-    warm_path, note = built_warm_start(CodeWarmStartConfig(), code_warm_start_path, args.log_dir)
+    story = Story(3)
+    with story.phase("warm start code-sft (an SFT of a 5M-parameter Qwen2 on small Python functions)"):
+        warm_path, note = built_warm_start(CodeWarmStartConfig(), code_warm_start_path, args.log_dir)
     steps = args.steps or CODE_STEPS
-    result = run_rl("grpo", task="code", steps=steps, seed=args.seed, log_dir=args.log_dir, ckpt_dir=args.ckpt_dir)
+    with story.phase(f"GRPO, {steps} steps on Ray + DeepSpeed + vLLM, unit tests in the sandbox"):
+        result = run_rl("grpo", task="code", steps=steps, seed=args.seed, log_dir=args.log_dir, ckpt_dir=args.ckpt_dir)
     heldout = load_rows("code_heldout").rows
-    check = (greedy_pass_rate(warm_path, heldout), greedy_pass_rate(result.final_model, heldout))
+    with story.phase("the same held-out pass rate, checked with plain transformers + the sandbox"):
+        check = (greedy_pass_rate(warm_path, heldout), greedy_pass_rate(result.final_model, heldout))
     print(code_summary(result, check, warm_path, note, time.perf_counter() - start), flush=True)
     return [result]
 
@@ -369,16 +385,21 @@ def main_tools(args) -> list[DemoResult]:
     from reasonrl.sft.warm_start import tools_notool_warm_start_path, tools_warm_start_path
 
     start = time.perf_counter()
-    warm = {
-        "tools": tools_warm_start_path(log_dir=args.log_dir),
-        "tools-notool": tools_notool_warm_start_path(log_dir=args.log_dir),
-    }
+    story = Story(3)
+    with story.phase("warm starts tools-sft and tools-sft-notool (SFT on calculator conversations / answers)"):
+        warm = {
+            "tools": tools_warm_start_path(log_dir=args.log_dir),
+            "tools-notool": tools_notool_warm_start_path(log_dir=args.log_dir),
+        }
     warm_seconds = time.perf_counter() - start
     steps = args.steps or TOOLS_STEPS
-    runs = {
-        task: run_rl("grpo", task=task, steps=steps, seed=args.seed, log_dir=args.log_dir, ckpt_dir=args.ckpt_dir)
-        for task in warm
-    }
+    runs = {}
+    for task in warm:
+        name = "with the calculator (multi-turn)" if task == "tools" else "without tools"
+        with story.phase(f"GRPO {name}, {steps} steps on Ray + DeepSpeed + vLLM"):
+            runs[task] = run_rl(
+                "grpo", task=task, steps=steps, seed=args.seed, log_dir=args.log_dir, ckpt_dir=args.ckpt_dir
+            )
     print(tools_summary(runs, warm_seconds, time.perf_counter() - start), flush=True)
     return list(runs.values())
 
@@ -389,13 +410,17 @@ def main_agent(args) -> list[DemoResult]:
     from reasonrl.sft.warm_start import tools_warm_start_path
 
     start = time.perf_counter()
-    tools_warm_start_path(log_dir=args.log_dir)
+    story = Story(3)
+    with story.phase("warm start tools-sft (SFT on calculator conversations)"):
+        tools_warm_start_path(log_dir=args.log_dir)
     warm_seconds = time.perf_counter() - start
     steps = args.steps or TOOLS_STEPS
-    runs = {
-        task: run_rl("grpo", task=task, steps=steps, seed=args.seed, log_dir=args.log_dir, ckpt_dir=args.ckpt_dir)
-        for task in ("agent", "tools")
-    }
+    runs = {}
+    for task, name in (("agent", "the openai-client agent program (agent_fn)"), ("tools", "env_fn=tools")):
+        with story.phase(f"GRPO of {name}, {steps} steps on Ray + DeepSpeed + vLLM"):
+            runs[task] = run_rl(
+                "grpo", task=task, steps=steps, seed=args.seed, log_dir=args.log_dir, ckpt_dir=args.ckpt_dir
+            )
     print(agent_summary(runs, warm_seconds, time.perf_counter() - start), flush=True)
     return list(runs.values())
 
@@ -414,6 +439,8 @@ def agent_summary(runs: dict[str, DemoResult], warm_seconds: float, total: float
             f"   ({100 * r.gain:+.1f} points)",
             f"    training reward (T=1)        {r.train_reward_first:6.3f} -> {r.train_reward_last:6.3f}"
             "   (mean of the first / last 3 steps)",
+            f"    curves: {r.log_dir}/summary.png   final model: {r.final_model}",
+            f"    evaluate it again: {eval_command(r.final_model)}",
         ]
     gap = 100 * (agent.heldout_after - tools.heldout_after)
     lines.append(f"  agent - tools after {agent.steps} steps: {gap:+.1f} points (goal: within 5)")
@@ -431,11 +458,17 @@ def main_vision(args) -> list[DemoResult]:
     from reasonrl.sft.warm_start import VisionWarmStartConfig, vision_warm_start_path
 
     start = time.perf_counter()
-    warm_path, note = built_warm_start(VisionWarmStartConfig(), vision_warm_start_path, args.log_dir)
+    story = Story(3)
+    with story.phase("warm start vision-sft (an SFT of a tiny Idefics3 on counting dots)"):
+        warm_path, note = built_warm_start(VisionWarmStartConfig(), vision_warm_start_path, args.log_dir)
     steps = args.steps or VISION_STEPS
-    result = run_rl("grpo", task="vision", steps=steps, seed=args.seed, log_dir=args.log_dir, ckpt_dir=args.ckpt_dir)
+    with story.phase(f"GRPO on pictures, {steps} steps on Ray + DeepSpeed + vLLM"):
+        result = run_rl(
+            "grpo", task="vision", steps=steps, seed=args.seed, log_dir=args.log_dir, ckpt_dir=args.ckpt_dir
+        )
     heldout = load_rows("dots_heldout").rows
-    check = (greedy_accuracy(warm_path, heldout, 4), greedy_accuracy(result.final_model, heldout, 4))
+    with story.phase("the same held-out accuracy, checked with plain transformers"):
+        check = (greedy_accuracy(warm_path, heldout, 4), greedy_accuracy(result.final_model, heldout, 4))
     lines = [
         "",
         "reasonrl demo: RL on images improves a tiny vision-language model at counting dots (200 held-out pictures)",
@@ -447,6 +480,7 @@ def main_vision(args) -> list[DemoResult]:
         f"    training reward (sampled, T=1)   {result.train_reward_first:6.3f} -> {result.train_reward_last:6.3f}"
         "   (mean of the first / last 3 steps)",
         f"    curves: {result.log_dir}/summary.png   final model: {result.final_model}",
+        f"    evaluate it again: {eval_command(result.final_model)}",
         f"  total wall time {time.perf_counter() - start:.0f} s",
     ]
     print("\n".join(lines), flush=True)
@@ -467,23 +501,28 @@ def main_distill(args) -> list[DemoResult]:
     from reasonrl.utils.demo_distill import EVAL_INTERVAL, METHODS, STEPS, DistillRun, distill_summary, heldout_curve
 
     start = time.perf_counter()
-    student, student_note = built_warm_start(ArithStudentWarmStartConfig(), student_warm_start_path, args.log_dir)
-    teacher, teacher_note = built_warm_start(ArithTeacherWarmStartConfig(), teacher_warm_start_path, args.log_dir)
-    teacher_accuracy = greedy_accuracy(teacher, load_rows("arith_add2_heldout").rows)
     steps = args.steps or STEPS
+    seeds = range(args.seed, args.seed + args.seeds)
+    story = Story(2 + len(seeds) * len(METHODS))
+    with story.phase("warm starts arith-sft-student and arith-sft-teacher (SFT of a 5M-parameter Qwen2)"):
+        student, student_note = built_warm_start(ArithStudentWarmStartConfig(), student_warm_start_path, args.log_dir)
+        teacher, teacher_note = built_warm_start(ArithTeacherWarmStartConfig(), teacher_warm_start_path, args.log_dir)
+    with story.phase("the teacher's held-out accuracy, with plain transformers"):
+        teacher_accuracy = greedy_accuracy(teacher, load_rows("arith_add2_heldout").rows)
     runs = []
-    for seed in range(args.seed, args.seed + args.seeds):
+    for seed in seeds:
         for method, task in METHODS.items():
-            result = run_rl(
-                "grpo",
-                task=task,
-                steps=steps,
-                seed=seed,
-                log_dir=args.log_dir,
-                ckpt_dir=args.ckpt_dir,
-                exp_name=f"demo_{task.replace('-', '_')}_s{seed}",
-                eval_interval=min(EVAL_INTERVAL, steps),
-            )
+            with story.phase(f"{method}, seed {seed}, {steps} steps on Ray + DeepSpeed + vLLM"):
+                result = run_rl(
+                    "grpo",
+                    task=task,
+                    steps=steps,
+                    seed=seed,
+                    log_dir=args.log_dir,
+                    ckpt_dir=args.ckpt_dir,
+                    exp_name=f"demo_{task.replace('-', '_')}_s{seed}",
+                    eval_interval=min(EVAL_INTERVAL, steps),
+                )
             runs.append(DistillRun(method, seed, result, heldout_curve(result.log_dir / "metrics.jsonl")))
     warm = {"student": (student, student_note), "teacher": (teacher, teacher_note)}
     print(distill_summary(runs, warm, teacher_accuracy, time.perf_counter() - start), flush=True)
@@ -505,6 +544,7 @@ def tools_summary(runs: dict[str, DemoResult], warm_seconds: float, total: float
             f"    training reward (T=1)        {r.train_reward_first:6.3f} -> {r.train_reward_last:6.3f}"
             "   (mean of the first / last 3 steps)",
             f"    curves: {r.log_dir}/summary.png   final model: {r.final_model}",
+            f"    evaluate it again: {eval_command(r.final_model)}",
         ]
     lines.append(f"  total wall time {total:.0f} s")
     return "\n".join(lines)

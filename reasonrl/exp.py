@@ -43,6 +43,8 @@ class BasePPOExp:
 
     # ------------------------------------------------------------------ hooks
     def load_train_rows(self) -> list[dict]:
+        """The training rows: a non-empty list of dict rows, at least ``rollout_batch_size`` of them (default: the
+        rows of every ``cfg.train_data`` source)."""
         from reasonrl.data import load_rows
 
         rows: list[dict] = []
@@ -57,7 +59,9 @@ class BasePPOExp:
         return dict(min_pixels=c.min_pixels, max_pixels=c.max_pixels, max_images=c.max_images_per_prompt)
 
     def load_eval_sets(self) -> dict[str, list[dict]]:
-        """Rows of each ``cfg.eval_data`` source, keyed by a unique readable name (``eval_set_names``)."""
+        """Rows of each ``cfg.eval_data`` source, keyed by a unique readable name (``eval_set_names``). An override
+        returns a dict of name -> list of dict rows, ``{}`` for no evaluation, with no question that is also a training
+        question unless ``allow_train_eval_overlap=true``."""
         from reasonrl.data import load_rows
         from reasonrl.data.eval_names import eval_set_names
 
@@ -67,12 +71,18 @@ class BasePPOExp:
         return {name: load_rows(s, **options).rows for name, s in zip(names, sources, strict=True)}
 
     def build_scorer(self):
+        """The reward: a callable ``scorer(completions, rows) -> list[RewardResult]``; an optional ``close()`` runs when
+        the run ends, however it ends, and an optional ``wait_ready()`` before Ray starts (default: the ORZ math
+        reward, or ``cfg.reward_fn``, routed per row by ``data_source``)."""
         from reasonrl.data.gym_source import gym_sources
         from reasonrl.rewards.routing import build_scorer
 
         return build_scorer(self.cfg, gym_sources(self.cfg))
 
     def build_template(self, tokenizer):
+        """The prompt template: an object with ``render(row) -> str`` that renders the first training row and the
+        first row of every eval set (default: ``cfg.prompt_template``; with ``env_fn=tools`` and the ``chat``
+        template, the tools' schemas are in the prompt)."""
         from reasonrl.data import get_template
 
         cfg = self.cfg

@@ -96,6 +96,7 @@ def test_steps_to_reach_and_the_summary(tmp_path):
     assert "seed 0: GRPO 64.0% after 6 steps; distillation reaches it at step 4 (goal: <= 3: not met)" in text
     assert "distillation 70.0% after 6 steps; cost 7.5 vs 5.0 s/step (1.50x)" in text
     assert "seed 1: GRPO 60.0% after 6 steps; distillation does not reach it in its 6 steps" in text
+    assert f"evaluate the distilled student again: python -m reasonrl.eval config={tmp_path}" in text
     assert text.endswith("total wall time 400 s")
 
 

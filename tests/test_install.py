@@ -1,6 +1,6 @@
 """The install: the CPU install holds no CUDA wheels (CPU torch, no nvidia-* packages, no CUDA
-torchvision/torchaudio/torchcodec); the GPU install line of the README, the Dockerfile and setup.py's extras agree
-(flash-attn last, without build isolation); ``.dockerignore`` keeps local outputs out of the image;
+torchvision/torchaudio/torchcodec); the GPU install line of docs/cpu_and_gpu.md, the Dockerfile and setup.py's
+extras agree (flash-attn last, without build isolation); ``.dockerignore`` keeps local outputs out of the image;
 ``python -m reasonrl.prepare --help`` only prints its usage."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def test_gpu_install_line_dockerfile_and_extras_agree():
     assert not any(req.startswith("flash-attn") for req in extras["gpu"])
     (pin,) = [req for req in extras["flash"] if req.startswith("flash-attn==")]
     flash_line = f"pip install {pin} --no-build-isolation"
-    for name in ("README.md", "Dockerfile"):
+    for name in ("docs/cpu_and_gpu.md", "Dockerfile"):
         text = (REPO / name).read_text()
         torch_at = text.index(f"pip install torch=={pinned_cpu_torch()}")
         gpu_at = re.search(r"pip install -e '\.\[gpu[\],]", text).start()

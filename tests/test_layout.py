@@ -86,6 +86,7 @@ RUN_LAYER = "reasonrl.run"
 START_UP = {
     "reasonrl.distributed.failures",  # dead actors -> restart
     "reasonrl.distributed.model_check",  # the models on every node, before start
+    "reasonrl.distributed.shared_dirs",  # the checkpoint folder shared by the nodes that write it, before start
     "reasonrl.distributed.placement",  # placement groups
     "reasonrl.distributed.ray_cluster",  # ray.init / shutdown
     "reasonrl.run",

@@ -99,7 +99,7 @@ class BasePPOExpConfig(DerivedValues):
     sequence_parallel_size: int = _res(
         1,
         "Ulysses sequence parallelism: ranks that share each sequence (policy, reference, critic); must divide the "
-        "heads and each role's ranks. Not yet wired into the training workers: only 1 accepted (docs/distributed.md)",
+        "heads and each role's ranks; no LoRA, no vision-language model (docs/distributed.md)",
     )
     ref_offload_params: bool = _res(False, "ZeRO-3 parameter offload to CPU for the frozen models (ref, reward)")
     optimizer_offload: bool = _res(False, "ZeRO-Offload of optimizer states to CPU (policy, critic)")

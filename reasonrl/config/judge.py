@@ -8,8 +8,8 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import urlsplit
 
+from reasonrl.config.http_fields import client_number_problems, secret_env_problems, url_problems
 from reasonrl.config.model_paths import model_problems
 
 JUDGE_ONLY_FIELDS = ("judge_template", "judge_weights", "judge_unparsed_reward")
@@ -54,14 +54,7 @@ def judge_problems(cfg, environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def _number_problems(cfg) -> list[str]:
-    problems = []
-    for name in ("judge_url_concurrency", "judge_max_tokens"):
-        if getattr(cfg, name) < 1:
-            problems.append(f"{name}={getattr(cfg, name)!r}: must be >= 1")
-    if not cfg.judge_url_retries >= 0:
-        problems.append(f"judge_url_retries={cfg.judge_url_retries!r}: must be >= 0 (0 = no retry)")
-    if not (cfg.judge_url_timeout_s > 0 and math.isfinite(cfg.judge_url_timeout_s)):
-        problems.append(f"judge_url_timeout_s={cfg.judge_url_timeout_s!r}: must be > 0 seconds")
+    problems = client_number_problems(cfg, "judge_url", counts=("judge_max_tokens",))
     if not (cfg.judge_temperature >= 0 and math.isfinite(cfg.judge_temperature)):
         problems.append(f"judge_temperature={cfg.judge_temperature!r}: must be >= 0 (0 = greedy)")
     unparsed = cfg.judge_unparsed_reward
@@ -81,31 +74,13 @@ def _number_problems(cfg) -> list[str]:
 
 
 def _url_problems(cfg, environ: Mapping[str, str]) -> list[str]:
-    url, problems = cfg.judge_url, []
-    example = "e.g. judge_url=http://127.0.0.1:8000/v1 (vllm serve <judge model>)"
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
-    except ValueError as exc:
-        return [f"judge_url={url!r} is not a URL ({exc}): {example}"]
-    if parts.scheme not in ("http", "https"):
-        problems.append(
-            f"judge_url={url!r}: the scheme must be http or https, not {parts.scheme or 'none'!r}: {example}"
-        )
-    elif not parts.hostname:
-        problems.append(f"judge_url={url!r} names no host: {example}")
+    problems = url_problems(
+        "judge_url", cfg.judge_url, "e.g. judge_url=http://127.0.0.1:8000/v1 (vllm serve <judge model>)"
+    )
     if not cfg.judge_model:
         problems.append("judge_url is set but judge_model is not: give the model name the endpoint serves")
     env = cfg.judge_url_secret_env
-    if env is not None:
-        if not env.strip():
-            problems.append("judge_url_secret_env is empty: name an environment variable, or none for no key")
-        elif not environ.get(env):
-            problems.append(
-                f"judge_url_secret_env={env!r}: that environment variable is unset or empty; export the endpoint's "
-                f"key as {env} (never as a config field: configs are logged), or set judge_url_secret_env=none"
-            )
-    return problems
+    return problems + secret_env_problems("judge_url_secret_env", env, environ, "endpoint's key", "no key")
 
 
 def _template_problems(spec: str | None) -> list[str]:

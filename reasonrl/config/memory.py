@@ -48,4 +48,5 @@ def setup_from_config(cfg: BasePPOExpConfig, model: ModelShape | None = None, de
         sync_bucket_mb=cfg.sync_bucket_mb,
         device_bytes=device_bytes or memory_model.DEVICE_BYTES,
         lora_rank=cfg.lora_rank,
+        sequence_parallel_size=cfg.sequence_parallel_size,
     )

@@ -78,11 +78,19 @@ def markdown_fields(cls: type[BasePPOExpConfig]) -> str:
         if group != previous:
             out += ["", f"### {group}", "", "| field | type | default | meaning |", "|---|---|---|---|"]
             previous = group
-        doc = meta.get("help", "").replace("|", "\\|")
+        doc = _markdown_text(meta.get("help", ""))
         default = _short(_field_default(f)).replace("|", "\\|")
         kind = _annotation_text(f, hints).replace("|", "\\|")
         out.append(f"| `{f.name}` | `{kind}` | `{default}` | {doc} |")
     return "\n".join(out).strip() + "\n"
+
+
+def _markdown_text(text: str) -> str:
+    """A help text as literal Markdown table-cell text: ``<think>``, ``[0, 1]``, ``a * b`` and ``\\boxed`` shown as
+    written (not read as HTML, a link or emphasis), ``|`` kept inside the cell."""
+    for char in "\\*[]|":
+        text = text.replace(char, "\\" + char)
+    return text.replace("<", "&lt;")
 
 
 def _short(value: Any, width: int = 100) -> str:

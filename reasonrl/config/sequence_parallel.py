@@ -8,8 +8,8 @@ model name (``tiny``, ...) is built later and checked by the worker that loads i
 (``reasonrl.models.ulysses_attention.check_heads``). A vision-language model is refused: its vision tower's
 features and 3-D positions need the whole sequence on one rank.
 
-The model-side code (``reasonrl.models.sequence_parallel``) is tested; the PPO workers do not shard micro-batches
-across SP groups yet, so any size above 1 is refused with that reason too.
+The PPO workers run each SP group's micro-batches in group rounds (``reasonrl.distributed.sp_rounds``); LoRA
+adapters are refused with SP (the SP forward reads the base model's hidden states, which PEFT's wrapper hides).
 """
 
 from __future__ import annotations
@@ -86,9 +86,9 @@ def sequence_parallel_problems(cfg) -> list[str]:
     ]
     for field, value in models:
         problems += model_problems(size, field, value)
-    problems.append(
-        f"{FIELD}={size}: sequence parallelism is not yet wired into the training workers (the model side, "
-        "reasonrl.models.sequence_parallel, is; the workers do not yet hand one micro-batch to a group of ranks): "
-        "set sequence_parallel_size=1"
-    )
+    if cfg.lora_rank:
+        problems.append(
+            f"{FIELD}={size}: LoRA adapters (lora_rank={cfg.lora_rank}) are not served by sequence parallelism yet: "
+            "set lora_rank=0 or sequence_parallel_size=1"
+        )
     return problems

@@ -16,6 +16,9 @@ in that shard (``update_mini_batch``). ``update(experience, ...)`` takes a whole
 Masks: a micro-batch's forward runs over the response span (``batch.action_mask`` of the padded/packed batch); its
 losses, metrics and token counts use the experience's loss mask (``Experience.action_mask``, a subset of the span
 that may have holes: tool output), via :func:`_loss_mask`.
+
+Sequence parallelism (``sequence_parallel_size`` > 1, Ulysses): groups of consecutive ranks run each member's
+micro-batches together, one "group round" per member (``reasonrl.distributed.sp_rounds``); at 1 nothing changes.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from loguru import logger
 from reasonrl.algos.loss_settings import PolicyLossConfig, PolicyStepCoefs, ValueLossConfig
 from reasonrl.dataplane.experience import Experience, RaggedShard, Sample, flatten_padded
 from reasonrl.distributed import deepspeed_engine as ds
-from reasonrl.distributed import hf_export
+from reasonrl.distributed import hf_export, sp_rounds
 from reasonrl.distributed.attention_choice import resolve_here
 from reasonrl.distributed.ds_config import build_ds_config
 from reasonrl.distributed.optim_setup import make_lr_scheduler
@@ -72,6 +75,8 @@ class WorkerConfig:
     lora_dropout: float = 0.0
     lora_target_modules: list[str] = dataclasses.field(default_factory=lambda: ["all-linear"])
     freeze_vision_tower: bool = False  # a vision-language policy: its image encoder does not train
+    # Ulysses: ranks per sequence (groups of consecutive ranks run each micro-batch together; sp_rounds); 1 = off
+    sequence_parallel_size: int = 1
 
     def lora_settings(self):
         from reasonrl.models.lora import LoraSettings
@@ -117,6 +122,7 @@ class _ModelWorker(DistributedWorker):
     attn_implementation: str | None = None  # resolved by _configure, on this worker
     packing: bool = False  # whether this worker's micro-batches are packed (decided by _configure)
     vision = None  # a vision-language model's VisionInputs (decided by _configure)
+    sp_group = None  # this rank's Ulysses SP process group (sequence_parallel_size > 1), set at setup
 
     def _configure(self, config: WorkerConfig) -> None:
         """Keep ``config`` and decide HERE what the driver cannot know (``attention_choice.resolve_here``):
@@ -143,7 +149,8 @@ class _ModelWorker(DistributedWorker):
     def attention(self) -> dict[str, Any]:
         """What this worker runs: the backend it resolved, whether it packs, its device and node (the driver logs
         it: ``reasonrl.models.attention_summary``)."""
-        return self._attention | {"packing": self.packing}
+        sp = {} if self.sp_group is None else {"sequence_parallel_ranks": self.config.sequence_parallel_size}
+        return self._attention | {"packing": self.packing} | sp
 
     def _micro_batches(
         self, samples: Sequence[Sample], padded: bool | None = None, images: Sequence | None = None
@@ -180,6 +187,57 @@ class _ModelWorker(DistributedWorker):
             positions = None if self.vision.rope_positions_from_model else batch.position_ids
             batch = dataclasses.replace(batch, vision=self.vision(images, batch.input_ids), position_ids=positions)
         return batch.to(self.device)
+
+    def _setup_sequence_parallel(self, model) -> None:
+        """Ulysses at setup (``sequence_parallel_size`` > 1): ``model``, whose attention runs, switched and the SP
+        groups created (``sp_rounds.setup_sequence_parallel``); a no-op at 1."""
+        self.sp_group = sp_rounds.setup_sequence_parallel(self, model)
+
+    def _forward_rounds(self, samples: Sequence[Sample], images: Sequence | None = None):
+        """``(indices, samples, images)`` per forward: the micro-batches (:meth:`_micro_batches`), or under SP their
+        group rounds, ``indices`` empty for a round whose outputs this rank does not keep."""
+        micro_batches = self._micro_batches(samples, images=images)
+        if self.sp_group is None:
+            yield from micro_batches
+            return
+        for r in sp_rounds.group_rounds(micro_batches, self.sp_group):
+            yield (r.payload if r.own and r.payload else []), r.samples, None
+
+    def _update_rounds(self, experience: Experience):
+        """``(batch, mb, own, last)`` per forward/backward of an update: the micro-batch's batch, its Experience
+        slice (None: a zero-weighted dummy), whether its metrics are this rank's, whether it ends the accumulation.
+        Under SP: the group rounds, the slices exchanged within the group (``sp_rounds``)."""
+        micro_batches = self._micro_batches(experience.samples, images=experience.images)
+        if self.sp_group is None:
+            for i, (idx, samples, images) in enumerate(micro_batches):
+                batch = self._batch(samples, images)
+                mb = experience.select(idx, batch.num_actions) if idx else None
+                yield batch, mb, True, i == len(micro_batches) - 1
+            return
+
+        def payload(idx, samples):
+            return experience.select(idx, self._batch(samples).num_actions)
+
+        for r in sp_rounds.group_rounds(micro_batches, self.sp_group, payload):
+            yield self._batch(r.samples), r.payload, r.own, r.last
+
+    def _logprobs(self, batch, temperature: float, with_entropy: bool):
+        """``response_logprobs`` of this worker's engine on ``batch``, or its SP form over the group."""
+        from reasonrl.models import response_logprobs
+        from reasonrl.models.sequence_parallel import sp_response_logprobs
+
+        if self.sp_group is None:
+            return response_logprobs(self.engine, batch, temperature, with_entropy)
+        return sp_response_logprobs(self.engine, batch, self.sp_group, temperature, with_entropy)
+
+    def _values(self, batch):
+        """``response_values`` of this worker's critic engine on ``batch``, or its SP form over the group."""
+        from reasonrl.models import response_values
+        from reasonrl.models.sequence_parallel import sp_response_values
+
+        if self.sp_group is None:
+            return response_values(self.engine, batch)
+        return sp_response_values(self.engine, batch, self.sp_group)
 
     @property
     def device(self) -> torch.device:
@@ -287,6 +345,7 @@ class PolicyWorker(_ModelWorker):
 
             model = add_adapters(model, lora)
         self._build_trainable(model)
+        self._setup_sequence_parallel(self.engine.module)
         return sum(p.numel() for p in self.engine.module.parameters())
 
     @torch.no_grad()
@@ -296,7 +355,7 @@ class PolicyWorker(_ModelWorker):
         """Log-probs (and entropies) of the response tokens (``images``: each sample's images, a VLM). Collective.
         Returns [batch, T] CPU tensors."""
         self.engine.eval()
-        return _forward_logprobs(self, self.engine, samples, temperature, with_entropy, images)
+        return _forward_logprobs(self, samples, temperature, with_entropy, images)
 
     @torch.no_grad()
     def ragged_logprobs(self, shard: RaggedShard, temperature: float = 1.0) -> tuple[torch.Tensor, None]:
@@ -335,19 +394,14 @@ class PolicyWorker(_ModelWorker):
         gradients over ranks, so each rank's loss is multiplied by the world size to get the global sum.
         """
         from reasonrl.algos import aggregate_loss, get_policy_loss, kl_loss
-        from reasonrl.models import response_logprobs
 
         self.engine.train()
         loss_fn = get_policy_loss(cfg.loss)
-        micro_batches = self._micro_batches(experience.samples, images=experience.images)
         metrics: dict[str, float] = {}
         tokens_seen, loss_share = 0, 0.0
-        for i, (idx, samples, images) in enumerate(micro_batches):
-            batch = self._batch(samples, images)
-            width = batch.num_actions
-            weight = 1.0 if idx else 0.0  # dummy micro-batches keep collectives aligned but contribute nothing
-            mb = experience.select(idx, width) if idx else None
-            logprobs, entropy = response_logprobs(self.engine, batch, cfg.temperature, with_entropy=True)
+        for batch, mb, own, last in self._update_rounds(experience):
+            weight = 1.0 if mb is not None else 0.0  # dummy micro-batches keep collectives aligned, contribute nothing
+            logprobs, entropy = self._logprobs(batch, cfg.temperature, with_entropy=True)
             mask = _loss_mask(batch, mb)  # the loss mask (holes allowed) on the forward's response grid
             agg = (cfg.agg_mode, global_tokens, global_seqs, cfg.norm_constant)
             if mb is None:
@@ -381,9 +435,11 @@ class PolicyWorker(_ModelWorker):
                     stats |= kl_stats
                 if coefs.entropy_coef:
                     loss = loss - coefs.entropy_coef * aggregate_loss(entropy, mask, *agg)
-            ds.backward(self.engine, loss * weight * self.world_size, is_last=i == len(micro_batches) - 1)
+            ds.backward(self.engine, loss * weight * self.world_size, is_last=last)
+            if not own:  # another member's round (SP): its metrics are that member's
+                continue
             loss_share += float(loss.detach()) * weight
-            n = int(mask.sum()) if idx else 0
+            n = int(mask.sum()) if mb is not None else 0
             if n:
                 stats["entropy"] = (entropy.detach() * mask).sum() / n
                 _accumulate(metrics, stats, n)
@@ -476,11 +532,12 @@ class ReferenceWorker(_ModelWorker):
             attn_implementation=self.attn_implementation,
         )
         self.engine = ds.initialize_frozen(model, self._frozen_ds_config())
+        self._setup_sequence_parallel(self.engine.module)
         return sum(p.numel() for p in self.engine.module.parameters())
 
     @torch.no_grad()
     def compute_logprobs(self, samples: Sequence[Sample], temperature: float = 1.0, images=None):
-        return _forward_logprobs(self, self.engine, samples, temperature, False, images)[0]
+        return _forward_logprobs(self, samples, temperature, False, images)[0]
 
     @torch.no_grad()
     def ragged_logprobs(self, shard: RaggedShard, temperature: float = 1.0) -> torch.Tensor:
@@ -502,15 +559,14 @@ class CriticWorker(_ModelWorker):
             local_model_folder(config.model_path), attn_implementation=self.attn_implementation, seed=config.seed
         )
         self._build_trainable(critic)
+        self._setup_sequence_parallel(self.engine.module.backbone)
         return sum(p.numel() for p in self.engine.module.parameters())
 
     @torch.no_grad()
     def compute_values(self, samples: Sequence[Sample], images=None) -> torch.Tensor:
         """Values [batch, T] (zeros at padding; ``images``: each sample's, a VLM critic). Collective."""
-        from reasonrl.models import response_values
-
         self.engine.eval()
-        return _stitch(self, samples, lambda batch: (response_values(self.engine, batch),), images)[0]
+        return _stitch(self, samples, lambda batch: (self._values(batch),), images)[0]
 
     @torch.no_grad()
     def ragged_values(self, shard: RaggedShard) -> torch.Tensor:
@@ -520,16 +576,12 @@ class CriticWorker(_ModelWorker):
     def update(self, experience: Experience | RaggedShard, cfg: ValueLossConfig, global_tokens: int, global_seqs: int):
         """One optimizer step of the clipped value loss over this rank's part of the mini-batch. Collective."""
         from reasonrl.algos import value_loss
-        from reasonrl.models import response_values
 
         self.engine.train()
-        micro_batches = self._micro_batches(experience.samples, images=experience.images)
         metrics: dict[str, float] = {}
         tokens_seen, loss_share = 0, 0.0
-        for i, (idx, samples, images) in enumerate(micro_batches):
-            batch = self._batch(samples, images)
-            values = response_values(self.engine, batch)
-            mb = experience.select(idx, batch.num_actions) if idx else None
+        for batch, mb, own, last in self._update_rounds(experience):
+            values = self._values(batch)
             mask = _loss_mask(batch, mb)  # the loss mask (holes allowed) on the forward's response grid
             if mb is not None:
                 loss, stats = value_loss(
@@ -545,9 +597,11 @@ class CriticWorker(_ModelWorker):
                 )
             else:
                 loss, stats = values.sum() * 0.0, {}
-            ds.backward(self.engine, loss * self.world_size, is_last=i == len(micro_batches) - 1)
+            ds.backward(self.engine, loss * self.world_size, is_last=last)
+            if not own:  # another member's round (SP): its metrics are that member's
+                continue
             loss_share += float(loss.detach())
-            n = int(mask.sum()) if idx else 0
+            n = int(mask.sum()) if mb is not None else 0
             if n:
                 _accumulate(metrics, stats, n)
                 tokens_seen += n
@@ -608,18 +662,17 @@ class RewardModelWorker(_ModelWorker):
 
 
 # -------------------------------------------------------------------------------------------------- helpers
-def _forward_logprobs(worker, model, samples, temperature, with_entropy, images=None):
-    from reasonrl.models import response_logprobs
-
-    forward = lambda batch: response_logprobs(model, batch, temperature, with_entropy)  # noqa: E731
+def _forward_logprobs(worker, samples, temperature, with_entropy, images=None):
+    forward = lambda batch: worker._logprobs(batch, temperature, with_entropy)  # noqa: E731
     return _stitch(worker, samples, forward, images)
 
 
 def _stitch(worker, samples, forward, images=None) -> list[torch.Tensor | None]:
-    """Run ``forward(batch)`` over equalised micro-batches and place each output's rows in [batch, T] tensors."""
+    """Run ``forward(batch)`` over equalised micro-batches (under SP: their group rounds) and place each kept
+    output's rows in [batch, T] tensors."""
     width = max((len(r) for _, r in samples), default=0)
     outputs: list[torch.Tensor | None] | None = None
-    for idx, mb_samples, mb_images in worker._micro_batches(samples, images=images):
+    for idx, mb_samples, mb_images in worker._forward_rounds(samples, images):
         results = forward(worker._batch(mb_samples, mb_images))
         if outputs is None:
             outputs = [None if r is None else torch.zeros(len(samples), width) for r in results]

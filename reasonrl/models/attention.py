@@ -92,7 +92,10 @@ def attention_summary(role: str, reports: Sequence[Mapping[str, Any]]) -> str:
     by_answer: dict[tuple, list[int]] = {}
     for rank, report in enumerate(reports):
         error = report.get("flash_attn_error") if report["device"] == "gpu" else None
-        key = (report["attn_implementation"], bool(report["packing"]), report["device"], error)
+        impl = report["attn_implementation"]
+        if report.get("sequence_parallel_ranks"):  # Ulysses around that core, the sequence split over N ranks
+            impl = f"Ulysses over {report['sequence_parallel_ranks']} ranks around {impl}"
+        key = (impl, bool(report["packing"]), report["device"], error)
         by_answer.setdefault(key, []).append(rank)
     requested = reports[0]["requested"] if reports else "?"
     parts = []

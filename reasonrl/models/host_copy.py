@@ -8,6 +8,7 @@ transformers would partition it.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -25,6 +26,10 @@ def model_from_tensors(
     from reasonrl.models.vision import auto_model_class
 
     dtype = next(iter(params.values())).dtype
+    # a copy: transformers' from_config keeps the config it is given and writes attn_implementation into it, and
+    # ``config`` is usually the training model's own (which would then run this probe's attention from its next
+    # forward on: eager or Ulysses turned into sdpa after the first sync, measured)
+    config = copy.deepcopy(config)
     with torch.device("meta"):
         model = auto_model_class(config).from_config(config, dtype=dtype, attn_implementation=attn_implementation)
     result = model.load_state_dict(dict(params), strict=False, assign=True)

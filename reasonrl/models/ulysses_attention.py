@@ -98,6 +98,22 @@ class UlyssesContext:
     segment: torch.Tensor  # [batch, S] long, tokens attend only within their segment (packed sequences)
     _masks: dict = dataclasses.field(default_factory=dict, repr=False)
 
+    def causal_only(self) -> bool:
+        """True when plain causal attention is this mask on every position that is scored: each row's tokens are a
+        prefix (no left padding; the pad to a multiple of N is on the right, where causal queries never look) of
+        one segment. Then the core runs ``is_causal`` without a mask: no [S, S] tensor, and sdpa may take its
+        flash kernel (on CPU too), which keeps no [heads, S, S] scores for backward. Long sequences, one per
+        micro-batch, are exactly this case."""
+        if "causal_only" not in self._masks:
+            keep = self.keep.bool()
+            lengths = keep.sum(1)  # [batch]
+            pos = torch.arange(keep.shape[1], device=keep.device)
+            prefix = bool((keep == (pos[None, :] < lengths[:, None])).all())
+            first = self.segment[:, :1]
+            one_segment = bool(((self.segment == first) | ~keep).all())
+            self._masks["causal_only"] = prefix and one_segment
+        return self._masks["causal_only"]
+
     def mask(self, core: str, dtype: torch.dtype) -> torch.Tensor:
         """The whole sequence's mask, built once per forward (and reused by the recompute of checkpointing).
 
@@ -172,7 +188,8 @@ def ulysses_attention(
         raise ValueError("sequence parallelism does not support sliding-window attention layers")
     group = ulysses.group
     q, k, v = (seq_to_heads(t, group) for t in (query, key, value))  # [batch, h / N, S, head_dim]
-    out, _ = _core(core, module, q, k, v, ulysses.mask(core, q.dtype), 0.0, scaling)  # [batch, S, h / N, d]
+    mask = None if ulysses.causal_only() else ulysses.mask(core, q.dtype)  # None: causal, no [S, S] mask
+    out, _ = _core(core, module, q, k, v, mask, 0.0, scaling)  # [batch, S, h / N, d]
     out = heads_to_seq(out.transpose(1, 2), group)  # [batch, heads, L, head_dim]
     return out.transpose(1, 2).contiguous(), None
 

@@ -20,9 +20,12 @@ Formulas (``P`` parameters, ``N`` the role's data-parallel size, ``w`` bytes per
 * activations: with gradient checkpointing each layer keeps its input (``L T h w``) and one layer is recomputed in
   full (``T w (8 h + 4 I)``: q/k/v/o, two residual streams and norms, gate/up/activation/product of the MLP; flash
   attention stores no ``T^2`` term); without checkpointing every layer keeps its full set (``L T w (8 h + 4 I)``).
-  Frozen roles (forward only, no graph) keep one layer's set.
+  Frozen roles (forward only, no graph) keep one layer's set. Under sequence parallelism (``sequence_parallel_size``
+  = N, the policy, reference and critic) a rank holds ``ceil(T / N)`` of the micro-batch's positions at a time, so
+  ``T`` above is ``ceil(T / N)`` for those roles (the attention core: flash / causal without a mask, no ``T^2``).
 * logits: the budget's tokens x vocabulary: bf16 logits, their fp32 upcast and the fp32 log-softmax gradient,
-  ``T V (w + 8)`` (an upper bound: only response positions need logits). The critic's value head: ``4 T``.
+  ``T V (w + 8)`` (an upper bound: only response positions need logits). Under SP the LM head runs in checkpointed
+  chunks of ``SP_LOGITS_CHUNK`` positions: ``min(ceil(T / N), chunk) V (w + 8)``. The critic's value head: ``4 T``.
 * vLLM: ``gpu_memory_utilization x device`` while generating (weights, KV cache, activations and CUDA graphs all live
   in that budget; vLLM refuses to start with less free); its weights alone, ``w P / TP``, in the SYNC phase (woken
   with ``tags=["weights"]``); nothing while asleep (sleep level 2 discards the weights too).
@@ -150,6 +153,7 @@ class Setup:
     sync_bucket_mb: int = 256
     device_bytes: int = DEVICE_BYTES
     lora_rank: int = 0  # > 0: the policy trains adapters only (gradients and optimizer states of those)
+    sequence_parallel_size: int = 1  # Ulysses: the policy, reference and critic hold ceil(T / N) positions per rank
     vllm_cuda_graph_bytes: int = VLLM_CUDA_GRAPH_BYTES  # 0: the engines run eager (no CUDA graphs)
     # (role, stage) pairs of the roles whose ZeRO stage is not zero_stage (a config's zero_stage=auto resolved per
     # role); roles: policy, critic, ref, reward_model
@@ -197,9 +201,16 @@ def gather_bytes(s: Setup, role: str | None = None) -> int:
     return _w(s) * (2 * m.layer_params + m.vocab_size * m.hidden_size)
 
 
-def activation_bytes(s: Setup, *, trains: bool, logits: bool) -> int:
-    """One micro-batch of ``T`` tokens through one role (see the module docstring for the terms)."""
-    m, t, w = s.model, s.micro_batch_tokens, _w(s)
+SP_LOGITS_CHUNK = 1024  # positions per LM-head chunk under SP (models.sequence_parallel.sp_response_logprobs)
+SP_ROLES = ("policy", "ref", "critic")  # the roles Ulysses splits (the teacher and the reward model run whole rows)
+
+
+def activation_bytes(s: Setup, *, trains: bool, logits: bool, role: str = "policy") -> int:
+    """One micro-batch of ``T`` tokens through one role (see the module docstring for the terms); under sequence
+    parallelism a rank of ``role`` holds ``ceil(T / N)`` positions and the LM head's logits one chunk of them."""
+    m, w = s.model, _w(s)
+    sp = s.sequence_parallel_size if role in SP_ROLES else 1
+    t = -(-s.micro_batch_tokens // sp)
     layer = t * w * (8 * m.hidden_size + 4 * m.intermediate_size)
     if not trains:
         acts = layer
@@ -207,7 +218,8 @@ def activation_bytes(s: Setup, *, trains: bool, logits: bool) -> int:
         acts = m.num_hidden_layers * t * m.hidden_size * w + layer
     else:
         acts = m.num_hidden_layers * layer
-    head = t * m.vocab_size * (w + (8 if trains else 4)) if logits else 4 * t
+    head_rows = min(t, SP_LOGITS_CHUNK) if sp > 1 else t
+    head = head_rows * m.vocab_size * (w + (8 if trains else 4)) if logits else 4 * t
     return acts + head
 
 
@@ -274,7 +286,8 @@ def colocated_phase_bytes(s: Setup) -> dict[Phase, dict[str, int]]:
             if trains
         ),
         "activations": max(
-            gather_bytes(s, name) + activation_bytes(s, trains=t, logits=lg) for name, (_, t, lg) in roles.items()
+            gather_bytes(s, name) + activation_bytes(s, trains=t, logits=lg, role=name)
+            for name, (_, t, lg) in roles.items()
         ),
         "vllm_weights": vllm_weight_bytes(s),
         "vllm_kv_cache": vllm_budget_bytes(s) - vllm_weight_bytes(s),
@@ -297,7 +310,7 @@ def split_device_bytes(s: Setup) -> dict[str, dict[str, int]]:
         out[name] = {
             "params": param_bytes(s, dp, offloaded=not trains and s.ref_offload_params, role=name),
             "train_states": train_state_bytes(s, dp, lora=name == "policy", role=name) if trains else 0,
-            "activations": gather_bytes(s, name) + activation_bytes(s, trains=trains, logits=logits),
+            "activations": gather_bytes(s, name) + activation_bytes(s, trains=trains, logits=logits, role=name),
             "cuda_contexts": cuda_context_bytes(1),  # the rank's process
         }
         if name == "policy":

@@ -33,7 +33,7 @@ from typing import Any
 
 from reasonrl.config import ConfigError
 
-_SEE = "see README 'In a notebook'"
+_SEE = "see docs/notebook.md"
 _ROWS = "a non-empty list of dict rows such as {'question': ..., 'answer': ...}"
 
 

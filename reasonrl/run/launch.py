@@ -57,6 +57,7 @@ def start_attempt(cfg: BasePPOExpConfig, stack: contextlib.ExitStack, inputs: Ex
     # The tracker opens before Ray: its train.log also gets the workers' warnings and errors (the local Ray
     # instance and its workers inherit REASONRL_LOG_FILE: reasonrl.utils.worker_logs).
     tracker = start_tracker(cfg, stack, num_steps, resume_from)
+    tracker.set_phase("start-up")  # next to the progress bar until the first step: Ray, placement, engines, ranks
     stack.enter_context(exported_log_file(tracker.run_dir / "train.log"))
     started_ray = not ray.is_initialized()
     with ray_cluster_checked():
@@ -74,6 +75,7 @@ def start_attempt(cfg: BasePPOExpConfig, stack: contextlib.ExitStack, inputs: Ex
     )
     stack.callback(logged, plan.remove)
     check_models_on_nodes(cfg, plan)  # every node that loads a model has it, before any actor starts
+    check_ckpt_dir_shared(cfg, plan)  # every node whose ranks write checkpoints shares ckpt_dir with the driver
     # reward_num_cpus > 0: the math / code routes' actors, on the CPUs the placement left; they start with the roles
     reward_actors = start_reward_actors(cfg, stack, inputs.scorer)
     judge_engine = start_judge(cfg, stack, inputs.scorer, plan.device)  # judge_pretrain: its own CPU bundle
@@ -176,6 +178,19 @@ def check_models_on_nodes(cfg: BasePPOExpConfig, plan) -> None:
         check(plan, sources)
     except ModelsNotOnNodesError as err:
         raise ConfigError(err.problems, title="models missing on some nodes") from None
+
+
+def check_ckpt_dir_shared(cfg: BasePPOExpConfig, plan) -> None:
+    """A placement whose policy or critic ranks run on other nodes than the driver's needs ``ckpt_dir`` on storage
+    they all share (:mod:`reasonrl.distributed.shared_dirs`, one Ray task per such node); else :class:`ConfigError`
+    naming ``ckpt_dir`` and each node, before any rank starts. Nothing is asked on one machine."""
+    from reasonrl.config import ConfigError
+    from reasonrl.distributed.shared_dirs import DirsNotSharedError, check_dirs_shared
+
+    try:
+        check_dirs_shared(plan, {"ckpt_dir": str(cfg.ckpt_dir)})
+    except DirsNotSharedError as err:
+        raise ConfigError(err.problems, title="ckpt_dir is not shared by the nodes that write checkpoints") from None
 
 
 def reward_model_inputs(cfg: BasePPOExpConfig, tokenizer):

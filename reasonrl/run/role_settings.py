@@ -67,6 +67,9 @@ def worker_config(
                 lora_dropout=cfg.lora_dropout,
                 lora_target_modules=list(cfg.lora_target_modules),
             )
+    # Ulysses on the roles validate() checks (policy, reference, critic); the teacher and the reward model run whole
+    # sequences (their models' heads are not checked)
+    kwargs["sequence_parallel_size"] = cfg.sequence_parallel_size if role in ("policy", "ref", "critic") else 1
     kwargs.update(extra)
     # packed only where it saves compute (flash-attention), decided by each worker for the backend it resolved
     kwargs.setdefault("packing", "auto" if cfg.packing_samples else "off")

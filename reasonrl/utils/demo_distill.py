@@ -26,6 +26,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from reasonrl.utils.story import eval_command
+
 STEPS = 20  # --task distill's default number of RL steps of each run
 EVAL_INTERVAL = 2  # held-out eval every this many steps: the curve
 METHODS = {"distill": "distill", "grpo": "distill-grpo"}  # method -> the task of reasonrl.demo.recipe
@@ -98,6 +100,9 @@ def distill_summary(
             f"{distill.result.mean_step_seconds:.1f} vs {grpo.result.mean_step_seconds:.1f} s/step ({cost:.2f}x)",
         ]
     lines.append(f"  curves: {runs[0].result.log_dir.parent}/demo_distill*_s<seed>/summary.png")
+    distilled = next((run for run in runs if run.method == "distill"), None)
+    if distilled is not None:
+        lines.append(f"  evaluate the distilled student again: {eval_command(distilled.result.final_model)}")
     lines.append(f"  total wall time {total:.0f} s")
     return "\n".join(lines)
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -141,7 +142,20 @@ class Tracker:
                 disable=None,  # off when stderr is not a terminal
                 file=sys.stderr,
             )
+        self._ticker = None
+        if self._bar is not None and not self._bar.disable:  # a terminal: the elapsed time ticks in long phases
+            self._ticker = threading.Thread(target=self._tick, name="progress-ticker", daemon=True)
+            self._ticker_stop = threading.Event()
+            self._ticker.start()
         logger.info(f"tracking run {exp_name} in {self.run_dir} (start_step={self.start_step})")
+
+    def _tick(self, every_s: float = 1.0) -> None:
+        """Redraw the bar every second, so its elapsed time moves while a phase runs (start-up, generation)."""
+        while not self._ticker_stop.wait(every_s):
+            bar = self._bar
+            if bar is None or self._closed:
+                return
+            bar.refresh()
 
     # ----- logging -----
     def log_metrics(self, step: int, metrics: dict[str, Any]) -> None:
@@ -234,6 +248,9 @@ class Tracker:
         if self.writer is not None:
             self.writer.flush()
             self.writer.close()
+        if self._ticker is not None:
+            self._ticker_stop.set()
+            self._ticker.join(timeout=5)
         if self._bar is not None:
             self._bar.close()
         if self.wandb is not None:

@@ -1,6 +1,7 @@
 """``sequence_parallel_size`` refused before anything starts (``reasonrl.config.sequence_parallel``): a size that
 does not divide a model's query or key/value heads (read from its config.json) or a role's ranks, a vision-language
-model, and (until the workers shard micro-batches across SP groups) every size above 1, each naming the field."""
+model and LoRA adapters, each naming the field; a size that fits is accepted (the workers run it:
+tests/distributed/test_distributed_sp_workers.py)."""
 
 from __future__ import annotations
 
@@ -24,12 +25,20 @@ def test_size_one_is_the_default_and_has_no_problem():
     assert sequence_parallel_problems(cfg()) == []
 
 
-def test_a_size_that_divides_heads_and_ranks_is_refused_only_as_not_yet_wired():
+def test_a_size_that_divides_heads_and_ranks_is_accepted():
     # the tiny model has 4 query and 2 key/value heads; 4 policy ranks, 2 reference ranks
     problems = sequence_parallel_problems(
         cfg(sequence_parallel_size=2, policy_devices_per_node=4, kl_mode="k3", ref_devices_per_node=2)
     )
-    assert len(problems) == 1 and problems[0].startswith("sequence_parallel_size=2: sequence parallelism is not yet")
+    assert problems == []
+
+
+def test_lora_is_refused_naming_both_fields():
+    problems = sequence_parallel_problems(cfg(sequence_parallel_size=2, policy_devices_per_node=2, lora_rank=8))
+    assert problems == [
+        "sequence_parallel_size=2: LoRA adapters (lora_rank=8) are not served by sequence parallelism yet: set "
+        "lora_rank=0 or sequence_parallel_size=1"
+    ]
 
 
 def test_heads_ranks_and_range_are_refused_naming_the_field():
@@ -52,8 +61,8 @@ def test_vision_language_model_refused_and_unknown_model_not_guessed(tmp_path):
     assert model_problems(2, "pretrain", "tiny") == []  # an offline name: checked by the worker that loads it
 
 
-def test_validate_refuses_before_anything_starts():
+def test_validate_accepts_a_size_that_fits_and_refuses_one_that_does_not():
+    cfg(sequence_parallel_size=2, policy_devices_per_node=2, **CPU).validate()
     with pytest.raises(ConfigError) as err:
-        cfg(sequence_parallel_size=2, policy_devices_per_node=2, **CPU).validate()
-    assert "sequence_parallel_size=2: sequence parallelism is not yet wired" in str(err.value)
-    cfg(policy_devices_per_node=2, **CPU).validate()  # the same config at size 1 is accepted
+        cfg(sequence_parallel_size=2, policy_devices_per_node=3, **CPU).validate()
+    assert "sequence_parallel_size=2 must divide the policy ranks" in str(err.value)

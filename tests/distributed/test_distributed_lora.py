@@ -18,6 +18,7 @@ import pytest
 import ray
 import torch
 from engine_weights import load_weights
+from fixtures.token_samples import make_samples
 from peft import PeftModel
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
@@ -33,17 +34,6 @@ from reasonrl.models import pad_batch, response_logprobs
 
 pytestmark = pytest.mark.integration
 WORLD = 2
-
-
-def make_samples(n: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
-    g = torch.Generator().manual_seed(seed)
-    return [
-        (
-            torch.randint(3, 2048, (3 + i % 5,), generator=g).tolist(),
-            torch.randint(3, 2048, (2 + (3 * i) % 7,), generator=g).tolist(),
-        )
-        for i in range(n)
-    ]
 
 
 def per_rank(group: WorkerGroup, method: str, exp: Experience) -> torch.Tensor:

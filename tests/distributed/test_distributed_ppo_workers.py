@@ -23,6 +23,7 @@ import ray
 import torch
 from engine_weights import load_weights
 from fixtures.own_processes import own_new_shm, shm_entries
+from fixtures.token_samples import make_samples
 from safetensors.torch import load_file
 from sync_faults import check_sync_faults, drop_layer_on_apply
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
@@ -44,17 +45,6 @@ from reasonrl.utils.even_split import even_parts
 
 pytestmark = pytest.mark.integration
 WORLD = 2
-
-
-def make_samples(n: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
-    """Prompts and responses of different lengths (token ids of the tiny vocabulary)."""
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        p = torch.randint(3, 2048, (int(3 + i % 5),), generator=g).tolist()
-        r = torch.randint(3, 2048, (int(2 + (3 * i) % 7),), generator=g).tolist()
-        out.append((p, r))
-    return out
 
 
 def shards(items, world=WORLD):

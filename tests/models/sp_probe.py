@@ -43,7 +43,7 @@ def _policy_loss(logprobs, entropy, action_mask):
 
     mask = _loss_mask(action_mask)
     old = logprobs.detach() + 0.05 * torch.cos(torch.arange(logprobs.numel()).reshape(logprobs.shape).float())
-    adv = torch.tensor([1.0, -0.5, 0.3])[:, None]  # [batch, 1]
+    adv = torch.tensor([1.0, -0.5, 0.3])[: logprobs.shape[0], None]  # [batch, 1]
     ratio = torch.exp(logprobs - old)
     surrogate = torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
     per_token = -surrogate - 0.01 * entropy
@@ -90,9 +90,12 @@ def main(rank: int, world: int, store_path: str, out: str) -> None:
     samples = _samples()
     results = {}
     cases = [("padded", "sdpa", False), ("packed", "sdpa", False), ("padded", "eager", False)]
-    cases += [("packed", "eager", False), ("padded", "sdpa", True)]
+    cases += [("packed", "eager", False), ("padded", "sdpa", True), ("single", "sdpa", False)]
     for layout, core, recompute in cases:
-        batch = pad_batch(samples, pad_token_id=0) if layout == "padded" else pack_batch(samples)
+        if layout == "single":  # one sample, no padding: the causal fast path (no [S, S] mask)
+            batch = pad_batch(samples[:1], pad_token_id=0)
+        else:
+            batch = pad_batch(samples, pad_token_id=0) if layout == "padded" else pack_batch(samples)
         ref = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=core)
         sp = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=core)
         use_ulysses_attention(sp, core)

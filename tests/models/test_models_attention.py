@@ -120,6 +120,13 @@ def test_attention_summary_of_agreeing_ranks():
     )
 
 
+def test_attention_summary_says_when_ulysses_splits_the_sequence():
+    reports = [dict(report("sdpa", False, device="cpu"), sequence_parallel_ranks=2)] * 2
+    assert attention_summary("ref", reports).startswith(
+        "ref: attention Ulysses over 2 ranks around sdpa, padded micro-batches (all ranks on cpu)"
+    )
+
+
 def test_attention_summary_names_ranks_that_differ_and_why_auto_gave_no_flash():
     line = attention_summary("critic", [report("flash_attention_2", True), report("sdpa", False, error="not here")])
     assert "flash_attention_2, packed micro-batches (ranks [0] on gpu)" in line

@@ -51,3 +51,14 @@ def test_missing_or_foreign_tensors_are_named(tiny_model_dir):
         model_from_tensors(model.config, missing, buffers)
     with pytest.raises(ValueError, match="not parameters of the model"):
         model_from_tensors(model.config, params | {"extra.weight": torch.zeros(1)}, buffers)
+
+
+def test_the_training_models_config_keeps_its_attention(tiny_model_dir):
+    """The probe model is built from the training model's own config object; building it (sdpa) must not switch the
+    training model's attention (transformers' from_config writes attn_implementation into the config it keeps: the
+    policy's eager or Ulysses attention became sdpa after the first sync, found by a sequence-parallel run)."""
+    trained = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="eager")
+    params, buffers = _tensors(trained)
+    probe = model_from_tensors(trained.config, params, buffers, attn_implementation="sdpa")
+    assert trained.config._attn_implementation == "eager"
+    assert probe.config._attn_implementation == "sdpa" and probe.config is not trained.config

@@ -21,7 +21,7 @@ import torch
 from reasonrl.models.batching import pack_batch, pad_batch
 
 PROBE = Path(__file__).with_name("sp_probe.py")
-CASES = ("padded-sdpa", "packed-sdpa", "padded-eager", "packed-eager", "padded-sdpa-checkpointed")
+CASES = ("padded-sdpa", "packed-sdpa", "padded-eager", "packed-eager", "padded-sdpa-checkpointed", "single-sdpa")
 # float32 reduction order differs between the split and the whole sequence (module docstring)
 TOL = 1e-5
 
@@ -59,6 +59,21 @@ def test_sp2_summed_gradients_equal_sp1(sp_results, case):
     got = sp_results[case]
     assert got["max_policy_grad"] > 1e-2, "the loss must produce real gradients for the comparison to mean anything"
     assert got["policy_grads"] <= TOL and got["critic_grads"] <= TOL, got
+
+
+def test_only_rows_that_are_one_unpadded_sequence_take_the_causal_path_without_a_mask():
+    """``causal_only``: every row's tokens a prefix of one segment (the right pad to a multiple of N allowed, causal
+    queries never look right); left padding or packed sequences need the whole-row mask."""
+    from reasonrl.models.ulysses_attention import UlyssesContext
+
+    def ctx(keep, segment):
+        return UlyssesContext(group=None, keep=torch.tensor(keep), segment=torch.tensor(segment))
+
+    assert ctx([[1, 1, 1, 0]], [[0, 0, 0, 0]]).causal_only()  # one sequence, right pad
+    assert ctx([[1, 1, 1, 1], [1, 1, 0, 0]], [[0, 0, 0, 0], [0, 0, 0, 0]]).causal_only()
+    assert not ctx([[0, 1, 1, 1]], [[0, 0, 0, 0]]).causal_only()  # left padding
+    assert not ctx([[1, 1, 1, 1]], [[0, 0, 1, 1]]).causal_only()  # two packed sequences
+    assert not ctx([[1, 0, 1, 1]], [[0, 0, 0, 0]]).causal_only()  # a hole
 
 
 @pytest.fixture(scope="module")

@@ -96,3 +96,14 @@ def test_resume_at_another_explicit_stage_is_refused_before_anything_starts(tmp_
         resolve_resume(cfg)
     assert cfg.zero_stage == 0
     assert (tmp_path / "ckpt" / cfg.exp_name / "step_2").is_dir()  # refused: nothing moved aside
+
+
+def test_sequence_parallel_size_reaches_the_roles_it_is_checked_for():
+    """policy, reference and critic get ``sequence_parallel_size`` (validate() checks their heads and ranks); the
+    teacher and the reward model run whole sequences. Set after validation (one rank per role here: validation
+    refuses 2)."""
+    cfg = one_rank()
+    cfg.sequence_parallel_size = 2
+    sizes = {role: worker_config(cfg, role).sequence_parallel_size for role in ("policy", "ref", "critic", "reward")}
+    assert sizes == {"policy": 2, "ref": 2, "critic": 2, "reward": 1}
+    assert worker_config(one_rank(), "policy").sequence_parallel_size == 1

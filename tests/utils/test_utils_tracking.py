@@ -1,8 +1,10 @@
 """Tracker: metrics.jsonl + TensorBoard, non-finite handling, generation dumps, resume truncation, documented names."""
 
+import io
 import json
 import math
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -191,3 +193,29 @@ def test_scalar_names_are_unique_documented_and_matchable():
     docs = DOCS.read_text()
     missing = [n for n in names if f"`{n}`" not in docs]
     assert not missing, f"scalars not documented in {DOCS.name}: {missing}"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_in_a_terminal_the_bar_redraws_every_second_so_a_long_phase_shows_its_time(tmp_path, monkeypatch):
+    """The start-up of a run (Ray, placement, engines, ranks) and a long generation update nothing; the ticker
+    redraws the bar so its elapsed time and phase move. Off a terminal tqdm is disabled and no thread starts."""
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    tracker = Tracker(tmp_path, "exp", enabled_tensorboard=False, progress_total=3, summary_plot=False)
+    try:
+        tracker.set_phase("start-up")
+        time.sleep(2.5)
+        frames = terminal.getvalue().count("\r")
+        assert "phase=start-up" in terminal.getvalue()
+        assert frames >= 3, terminal.getvalue()  # the first draw, the phase, and the ticker's redraws
+    finally:
+        tracker.close()
+    assert not tracker._ticker.is_alive()
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # not a terminal
+    quiet = Tracker(tmp_path, "exp2", enabled_tensorboard=False, progress_total=3, summary_plot=False)
+    assert quiet._ticker is None
+    quiet.close()
