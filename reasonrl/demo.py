@@ -8,6 +8,7 @@
     python -m reasonrl.demo --task agent         # the same task as an openai-client agent program (agent_fn)
     python -m reasonrl.demo --lora               # GRPO training rank-8 LoRA adapters instead of every weight
     python -m reasonrl.demo --task vision        # counting dots in pictures with a tiny vision-language model
+    python -m reasonrl.demo --task distill       # on-policy distillation vs GRPO from a weak student, 2 seeds
 
 1. Warm start (``pretrain=arith-sft``, ``reasonrl.sft.warm_start``): a 5M-parameter Qwen2 fine-tuned by the
    SFT trainer on 2-digit addition to a PARTIAL accuracy (~60%). Built once per machine, cached afterwards.
@@ -39,6 +40,11 @@ the same steps; held-out accuracy before -> after for both.
 ``tiny-vlm`` after a short SFT on ``dots_train``, :mod:`reasonrl.data.vision_tasks`), then GRPO on pictures of 1-9
 dots (``playground.vision_grpo_cpu``): held-out accuracy on 200 pictures whose boards never occur in training, before
 -> after, cross-checked with transformers.
+
+``--task distill`` (:func:`main_distill`, :mod:`reasonrl.utils.demo_distill`; docs/algorithms.md section 10):
+on-policy distillation from the teacher ``arith-sft-teacher`` against GRPO, both from the weak student
+``arith-sft-student`` with the same budget (``playground.arith_distill_cpu``), on two seeds: held-out accuracy per
+step side by side, seconds per step, and when distillation reaches GRPO's final accuracy.
 
 ``--lora`` runs the math GRPO with rank-8 LoRA adapters (``playground.arith_grpo_lora_cpu``, docs/lora.md): the
 reference is the policy with its adapter off, the sync merges the adapters; the same before -> after numbers.
@@ -81,8 +87,9 @@ class DemoResult:
 
 
 def recipe(algo: str, task: str = "math", lora: bool = False):
-    """The playground config class of ``algo`` (``grpo`` or ``ppo``; ``grpo`` only for ``task="code"`` and with
-    ``lora``, which is for the math task)."""
+    """The playground config class of ``algo`` (``grpo`` or ``ppo``; ``grpo`` only for the other tasks than math
+    and with ``lora``, which is for the math task). ``task="distill"``: the distillation recipe
+    (``playground.arith_distill_cpu``), ``"distill-grpo"``: its GRPO comparison."""
     if lora:
         from playground.arith_grpo_lora_cpu import ArithGRPOLoRACPUConfig
 
@@ -101,6 +108,10 @@ def recipe(algo: str, task: str = "math", lora: bool = False):
         from playground.agent_grpo_cpu import AgentGRPOCPUConfig
 
         classes = {"grpo": AgentGRPOCPUConfig}
+    elif task in ("distill", "distill-grpo"):
+        from playground.arith_distill_cpu import ArithDistillCPUConfig, ArithGRPOStudentCPUConfig
+
+        classes = {"grpo": ArithDistillCPUConfig if task == "distill" else ArithGRPOStudentCPUConfig}
     elif task in ("tools", "tools-notool"):
         from playground.tools_grpo_cpu import ToolsGRPOCPUConfig, ToolsNoToolGRPOCPUConfig
 
@@ -126,12 +137,13 @@ def run_rl(
     lora: bool = False,
     **overrides,
 ):
-    """One RL run of the ``algo`` recipe of ``task`` (``math`` or ``code``; ``lora``: its LoRA variant) from its warm
-    start, in a fresh checkpoint folder; its :class:`DemoResult`. ``overrides`` are extra config fields (e.g.
-    ``eval_interval=5``)."""
+    """One RL run of the ``algo`` recipe of ``task`` (``math``, ``code``, ... :func:`recipe`; ``lora``: its LoRA
+    variant) from its warm start, in a fresh checkpoint folder; its :class:`DemoResult`. ``overrides`` are extra
+    config fields (e.g. ``eval_interval=5``; ``exp_name``: the run's folders, default ``demo_<algo>`` &c.)."""
     from reasonrl.data.eval_names import eval_set_names
     from reasonrl.exp import BasePPOExp
     from reasonrl.run.checks import validate_run
+    from reasonrl.sft.warm_start import register_offline_models
     from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
 
     # not the recipe's own name: the demo never touches a user's recipe runs
@@ -141,6 +153,7 @@ def run_rl(
         exp_name=exp_name, seed=seed, max_steps=steps, log_dir=log_dir, ckpt_dir=ckpt_dir, resume="none"
     )
     cfg = cfg.with_overrides(overrides)  # the run's progress bar shows in a terminal (start-up, then each step)
+    register_offline_models()  # validate_run resolves the models of a teacher's tokenizer check
     validate_run(cfg)
     for previous in (Path(ckpt_dir) / cfg.exp_name, Path(log_dir) / cfg.exp_name):  # the demo's own folders only
         if previous.exists():
@@ -266,12 +279,13 @@ def main(argv=None) -> list[DemoResult]:
     parser = argparse.ArgumentParser(description="reasonrl learning demo: SFT warm start, then RL on CPU")
     parser.add_argument(
         "--task",
-        choices=["math", "code", "tools", "agent", "vision"],
+        choices=["math", "code", "tools", "agent", "vision", "distill"],
         default="math",
         help="math: 2-digit addition (default); code: small Python functions with unit tests (GRPO only); tools: "
         "multiplication with a calculator tool against the same budget without it (GRPO only); agent: the same "
         "task as an openai-client agent program, next to the tools run (GRPO only); vision: counting "
-        "dots in pictures with a tiny vision-language model (GRPO only)",
+        "dots in pictures with a tiny vision-language model (GRPO only); distill: on-policy distillation from a "
+        "strong teacher against GRPO, from the same weak student, side by side",
     )
     parser.add_argument("--algo", choices=["grpo", "ppo", "both"], default="grpo")
     parser.add_argument(
@@ -281,6 +295,9 @@ def main(argv=None) -> list[DemoResult]:
         "--lora", action="store_true", help="math GRPO training rank-8 LoRA adapters instead of every weight"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="--task distill: how many seeds, from --seed on (default 2)"
+    )
     parser.add_argument("--log-dir", default="logs")
     parser.add_argument("--ckpt-dir", default="ckpt/demo")
     args = parser.parse_args(argv)
@@ -288,6 +305,13 @@ def main(argv=None) -> list[DemoResult]:
         parser.error("--steps must be >= 1")
     if args.lora and (args.task != "math" or args.algo != "grpo"):
         parser.error("--lora runs the math task's GRPO only (--task math --algo grpo)")
+    if args.seeds is not None and (args.task != "distill" or args.seeds < 1):
+        parser.error("--seeds is for --task distill, and must be >= 1")
+    if args.task == "distill":
+        if args.algo != "grpo":
+            parser.error("--task distill compares distillation with GRPO (--algo grpo)")
+        args.seeds = args.seeds or 2
+        return main_distill(args)
     if args.task == "code":
         if args.algo != "grpo":
             parser.error("--task code runs GRPO only (--algo grpo)")
@@ -461,6 +485,48 @@ def main_vision(args) -> list[DemoResult]:
     ]
     print("\n".join(lines), flush=True)
     return [result]
+
+
+def main_distill(args) -> list[DemoResult]:
+    """``--task distill``: build (or find) the student and the teacher, check the teacher, run distillation and GRPO
+    from the student for each seed, print the side-by-side summary (:mod:`reasonrl.utils.demo_distill`); the runs'
+    results (distillation, GRPO, per seed)."""
+    from reasonrl.data import load_rows
+    from reasonrl.sft.warm_start import (
+        ArithStudentWarmStartConfig,
+        ArithTeacherWarmStartConfig,
+        student_warm_start_path,
+        teacher_warm_start_path,
+    )
+    from reasonrl.utils.demo_distill import EVAL_INTERVAL, METHODS, STEPS, DistillRun, distill_summary, heldout_curve
+
+    start = time.perf_counter()
+    steps = args.steps or STEPS
+    seeds = range(args.seed, args.seed + args.seeds)
+    story = Story(2 + len(seeds) * len(METHODS))
+    with story.phase("warm starts arith-sft-student and arith-sft-teacher (SFT of a 5M-parameter Qwen2)"):
+        student, student_note = built_warm_start(ArithStudentWarmStartConfig(), student_warm_start_path, args.log_dir)
+        teacher, teacher_note = built_warm_start(ArithTeacherWarmStartConfig(), teacher_warm_start_path, args.log_dir)
+    with story.phase("the teacher's held-out accuracy, with plain transformers"):
+        teacher_accuracy = greedy_accuracy(teacher, load_rows("arith_add2_heldout").rows)
+    runs = []
+    for seed in seeds:
+        for method, task in METHODS.items():
+            with story.phase(f"{method}, seed {seed}, {steps} steps on Ray + DeepSpeed + vLLM"):
+                result = run_rl(
+                    "grpo",
+                    task=task,
+                    steps=steps,
+                    seed=seed,
+                    log_dir=args.log_dir,
+                    ckpt_dir=args.ckpt_dir,
+                    exp_name=f"demo_{task.replace('-', '_')}_s{seed}",
+                    eval_interval=min(EVAL_INTERVAL, steps),
+                )
+            runs.append(DistillRun(method, seed, result, heldout_curve(result.log_dir / "metrics.jsonl")))
+    warm = {"student": (student, student_note), "teacher": (teacher, teacher_note)}
+    print(distill_summary(runs, warm, teacher_accuracy, time.perf_counter() - start), flush=True)
+    return [run.result for run in runs]
 
 
 def tools_summary(runs: dict[str, DemoResult], warm_seconds: float, total: float) -> str:

@@ -6,8 +6,10 @@ by the runners with :func:`register_offline_builders`, never on import (dependen
 filled explicitly)::
 
     reasonrl.models.named.BUILDERS                      tiny, tiny-demo, tiny-code, smollm2, tiny-vlm
-    reasonrl.sft.warm_start.WARM_START_BUILDERS         arith-sft, code-sft, tools-sft, tools-sft-notool, vision-sft
-                                                        (trained from the ones above)
+    reasonrl.sft.warm_start.WARM_START_BUILDERS         arith-sft, arith-sft-student, arith-sft-teacher, code-sft,
+                                                        tools-sft, tools-sft-notool, vision-sft
+                                                        (trained from the ones above; arith-sft-teacher from
+                                                        arith-sft)
     reasonrl.sft.warm_start.register_offline_models()   registers both tables
 
 Every runner registers them before it resolves a model: the RL run (``reasonrl.run.lifecycle``, before the tokenizer
@@ -31,6 +33,8 @@ OFFLINE_MODELS = {
     "smollm2": 8192,
     "tiny-vlm": 256,
     "arith-sft": 256,
+    "arith-sft-student": 256,
+    "arith-sft-teacher": 256,
     "code-sft": 256,
     "tools-sft": 256,
     "tools-sft-notool": 256,

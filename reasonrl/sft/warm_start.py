@@ -78,6 +78,45 @@ class ArithWarmStartConfig(SFTConfig):
 
 
 @dataclasses.dataclass
+class ArithStudentWarmStartConfig(ArithWarmStartConfig):
+    """The SFT run behind ``pretrain=arith-sft-student``, the weak student of the distillation demo
+    (``python -m reasonrl.demo --task distill``): an early checkpoint of the ``arith-sft`` run (the same model,
+    data, seed and constant learning rate, stopped sooner), so that it lands clearly below ``arith-sft``.
+
+    Greedy held-out accuracy (``arith_add2_heldout``, 200 problems, plain transformers) measured on a shared 2-core
+    CPU (``benchmarks/bench_distill_warm_starts.py``): 3.5% after 150 steps, 10.5% after 200, 25.0% after 250 (this
+    setting), 64.5% after 400 (``arith-sft``). From 10.5% neither distillation nor GRPO moved in 10-20 steps (the
+    student rarely samples a right digit to learn from), so the student is the 250-step checkpoint. Built from scratch
+    in 60 s on the quiet machine (508 s while another session's test suite loaded the 2 cores)."""
+
+    exp_name: str = "arith_sft_student"
+    max_steps: int | None = 250
+
+
+@dataclasses.dataclass
+class ArithTeacherWarmStartConfig(ArithWarmStartConfig):
+    """The SFT run behind ``pretrain=arith-sft-teacher``, the strong teacher of the distillation demo: ``arith-sft``
+    (the cached 400-step build, not trained again) after 50 more SFT steps of 128 training pairs, the learning rate
+    warmed up to 5e-4 over 5 steps and decayed to 0 (cosine).
+
+    Greedy held-out accuracy (``arith_add2_heldout``, the 200 problems the demo evaluates the student on, never
+    trained on: the teacher's check, ``benchmarks/bench_distill_warm_starts.py``) measured on a shared 2-core CPU,
+    all from ``arith-sft`` (64.5%), cosine to 0: lr 1e-3 without warmup, batch 128: 90.0% after 50 steps, 98.0%
+    after 100 (the first steps at full lr undo part of ``arith-sft``: train loss 0.90 at step 10, from a held-out
+    0.28); lr 5e-4 with 5 warmup steps: 92.5% after 30 steps of 128, 94.5% after 50 steps of 64, 97.0% after 50 steps
+    of 128 (this setting: train loss 0.10 at step 10). Built in 31 s on the quiet machine (136 s under the load of the
+    student's 508 s), ``arith-sft`` not counted (cached; if it is missing it is built first, ~70 s)."""
+
+    pretrain: str = "arith-sft"
+    exp_name: str = "arith_sft_teacher"
+    lr: float = 5e-4
+    lr_schedule: str = "cosine"
+    warmup_steps: int = 5
+    max_steps: int | None = 50
+    train_batch_size: int = 128
+
+
+@dataclasses.dataclass
 class CodeWarmStartConfig(ArithWarmStartConfig):
     """The SFT run behind ``pretrain=code-sft``: ``tiny-code`` (``tiny-demo``'s shape, a tokenizer trained with code)
     on the procedural programming tasks of :mod:`reasonrl.data.code_tasks` (``"f(x) returns x times 3 plus 12."`` ->
@@ -166,6 +205,8 @@ def warm_start_key(cfg: SFTConfig) -> str:
     blob = {"fields": cfg.weights_fingerprint(), "build": BUILD_VERSION, "tiny_build": tiny.BUILD_VERSION}
     if cfg.pretrain == "tiny-vlm":  # (other models' keys stay as they were)
         blob["tiny_vlm_build"] = tiny_vlm.BUILD_VERSION
+    if cfg.pretrain in WARM_START_CONFIGS:  # continued from another warm start: a changed base builds a new folder
+        blob["base"] = warm_start_key(WARM_START_CONFIGS[cfg.pretrain]())
     digest = hashlib.sha1(json.dumps(blob | {"tasks": tasks}, sort_keys=True, default=str).encode()).hexdigest()
     return f"sft-{cfg.exp_name}-{digest[:12]}"
 
@@ -194,6 +235,8 @@ def _build_warm_start(cfg: SFTConfig, path: Path, log_dir: str | None) -> None:
     start = time.perf_counter()
     build = path.with_name(f".{path.name}.build-{os.getpid()}-{time.time_ns()}")
     overrides = {"output_dir": str(build), "overwrite": False, "progress_bar": True, "resume": "none"}
+    if cfg.pretrain in WARM_START_CONFIGS:
+        register_offline_models()  # pretrain=<another warm start> resolves (built first if missing)
     try:
         train_sft(dataclasses.replace(cfg, **overrides, **({"log_dir": log_dir} if log_dir else {})))
         try:
@@ -204,6 +247,17 @@ def _build_warm_start(cfg: SFTConfig, path: Path, log_dir: str | None) -> None:
     finally:
         shutil.rmtree(build, ignore_errors=True)
     logger.info(f"SFT warm start {path.name} ready in {time.perf_counter() - start:.0f} s")
+
+
+def student_warm_start_path(cache_dir: Path | None = None, log_dir: str | None = None) -> Path:
+    """``pretrain=arith-sft-student``: :func:`warm_start_path` of :class:`ArithStudentWarmStartConfig`."""
+    return warm_start_path(ArithStudentWarmStartConfig(), cache_dir=cache_dir, log_dir=log_dir)
+
+
+def teacher_warm_start_path(cache_dir: Path | None = None, log_dir: str | None = None) -> Path:
+    """``pretrain=arith-sft-teacher``: :func:`warm_start_path` of :class:`ArithTeacherWarmStartConfig` (which
+    continues ``arith-sft``, from the default cache: built first if missing)."""
+    return warm_start_path(ArithTeacherWarmStartConfig(), cache_dir=cache_dir, log_dir=log_dir)
 
 
 def code_warm_start_path(cache_dir: Path | None = None, log_dir: str | None = None) -> Path:
@@ -228,12 +282,27 @@ def vision_warm_start_path(cache_dir: Path | None = None, log_dir: str | None = 
 
 WARM_START_BUILDERS = {
     "arith-sft": warm_start_path,
+    "arith-sft-student": student_warm_start_path,
+    "arith-sft-teacher": teacher_warm_start_path,
     "vision-sft": vision_warm_start_path,
     "code-sft": code_warm_start_path,
     "tools-sft": tools_warm_start_path,
     "tools-sft-notool": tools_notool_warm_start_path,
 }
-"""name -> builder of the warm starts (each trained on first use from a model of ``reasonrl.models.named``)."""
+"""name -> builder of the warm starts (each trained on first use from a model of ``reasonrl.models.named``, or
+from another warm start: ``arith-sft-teacher`` continues ``arith-sft``)."""
+
+WARM_START_CONFIGS = {
+    "arith-sft": ArithWarmStartConfig,
+    "arith-sft-student": ArithStudentWarmStartConfig,
+    "arith-sft-teacher": ArithTeacherWarmStartConfig,
+    "vision-sft": VisionWarmStartConfig,
+    "code-sft": CodeWarmStartConfig,
+    "tools-sft": ToolsWarmStartConfig,
+    "tools-sft-notool": ToolsNoToolWarmStartConfig,
+}
+"""name -> the SFT config of each warm start (the cache key of a warm start continued from another includes the
+base's key)."""
 
 
 def register_offline_models() -> None:

@@ -72,8 +72,10 @@ def test_declared_context_lengths_match_the_models():
     from reasonrl.utils.paths import cache_root
 
     assert config_mod.OFFLINE_MODELS["tiny"] == TinyModelSpec().max_position_embeddings
-    # arith-sft is tiny-demo fine-tuned: same architecture, same context length
+    # arith-sft is tiny-demo fine-tuned: same architecture, same context length (its early checkpoint and its
+    # continuation too: the distillation demo's student and teacher)
     assert OFFLINE_MODELS["tiny-demo"] == OFFLINE_MODELS["arith-sft"] == DEMO_SPEC.max_position_embeddings
+    assert OFFLINE_MODELS["arith-sft-student"] == OFFLINE_MODELS["arith-sft-teacher"] == OFFLINE_MODELS["arith-sft"]
     # code-sft is tiny-code fine-tuned; tiny-code is tiny-demo's shape with another tokenizer
     assert OFFLINE_MODELS["tiny-code"] == OFFLINE_MODELS["code-sft"] == CODE_SPEC.max_position_embeddings
     # tools-sft and tools-sft-notool are tiny-demo fine-tuned on the calculator traces (with and without the tool)

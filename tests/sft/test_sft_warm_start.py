@@ -112,3 +112,22 @@ def test_the_tool_warm_starts_share_model_and_schedule_and_differ_in_data(tmp_pa
     assert tools.train_data == ["tool_mul_sft_train"] and notool.train_data == ["tool_mul_notool_sft_train"]
     assert warm_start_key(tools) != warm_start_key(notool) and warm_start_key(tools).startswith("sft-tools_sft-")
     assert {"tools-sft", "tools-sft-notool"} <= set(registered_offline_models())
+
+
+def test_the_distillation_warm_starts_are_arith_sft_stopped_early_and_continued(tmp_path, monkeypatch):
+    """``arith-sft-student`` is the ``arith-sft`` run stopped early; ``arith-sft-teacher`` continues ``arith-sft``
+    (its cache key includes the base's, so a changed ``arith-sft`` recipe builds a new teacher)."""
+    import reasonrl.sft.warm_start as ws
+
+    base, student, teacher = ArithWarmStartConfig(), ws.ArithStudentWarmStartConfig(), ws.ArithTeacherWarmStartConfig()
+    for cfg in (student, teacher):
+        dataclasses.replace(cfg, output_dir=str(tmp_path / cfg.exp_name), log_dir=str(tmp_path / "logs")).validate()
+    assert dataclasses.replace(student, max_steps=base.max_steps).weights_fingerprint() == base.weights_fingerprint()
+    assert student.max_steps < base.max_steps
+    assert teacher.pretrain == "arith-sft" and teacher.train_data == base.train_data and teacher.lr_schedule == "cosine"
+    assert {"arith-sft-student", "arith-sft-teacher"} <= set(registered_offline_models())
+
+    key = warm_start_key(teacher)
+    assert key.startswith("sft-arith_sft_teacher-") and warm_start_key(student).startswith("sft-arith_sft_student-")
+    monkeypatch.setitem(ws.WARM_START_CONFIGS, "arith-sft", lambda: dataclasses.replace(base, max_steps=401))
+    assert warm_start_key(teacher) != key, "a changed arith-sft must not reuse the teacher"
