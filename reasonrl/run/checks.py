@@ -36,6 +36,9 @@ def teacher_tokenizer_problems(cfg: BasePPOExpConfig) -> list[str]:
     from transformers import AutoTokenizer
 
     from reasonrl.models.tokenizer_match import model_vocab_size, tokenizer_differences
+    from reasonrl.sft.warm_start import register_offline_models
+
+    register_offline_models()  # both may be offline models (tiny, a warm start): their builders, before they resolve
 
     student_path = cfg.resolve_model_path(cfg.pretrain)
     teacher_path = cfg.resolve_model_path(cfg.teacher_pretrain)
