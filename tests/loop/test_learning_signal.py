@@ -33,6 +33,9 @@ def _resolved(name: str, debug: bool) -> BasePPOExpConfig:
 def test_zero_variance_group_gets_exactly_zero_under_every_recipe(name, debug):
     cfg = _resolved(name, debug)
     mask = _mask(LENGTHS)
+    # a distillation recipe (teacher_pretrain): a teacher that agrees with the policy (equal log-probs, so the
+    # per-token distillation reward is 0) leaves the outcome part, which is what this test is about
+    agreeing = {"old_logprobs": torch.zeros(mask.shape), "teacher_logprobs": torch.zeros(mask.shape)}
     out = step_advantages(
         cfg,
         rewards=REWARDS,
@@ -40,7 +43,12 @@ def test_zero_variance_group_gets_exactly_zero_under_every_recipe(name, debug):
         values=torch.zeros(mask.shape),  # gae: a critic that predicts 0 everywhere
         group_ids=GROUPS,
         baseline_rewards=torch.tensor([0.5] * 4 + [0.0] * 4),  # remax: the greedy answer was wrong too
+        **(agreeing if cfg.teacher_pretrain else {}),
     )
+    if cfg.teacher_pretrain and not cfg.distill_outcome_reward:
+        # distillation alone: the outcome reward is not trained on, and the agreeing teacher adds 0 everywhere
+        assert out.advantages.abs().max().item() == 0.0, f"{name}: only the teacher's term may move the policy"
+        return
     if cfg.advantage_estimator == "gae":
         # The critic is gae's baseline (A = R - V before whitening): equal rewards in a group do not make A = 0.
         # ORZ whitens gae; the rule is documented in docs/algorithms.md.
