@@ -143,7 +143,6 @@ def run_rl(
     from reasonrl.data.eval_names import eval_set_names
     from reasonrl.exp import BasePPOExp
     from reasonrl.run.checks import validate_run
-    from reasonrl.sft.warm_start import register_offline_models
     from reasonrl.utils.metrics_file import metrics_by_step, read_metrics
 
     # not the recipe's own name: the demo never touches a user's recipe runs
@@ -153,7 +152,6 @@ def run_rl(
         exp_name=exp_name, seed=seed, max_steps=steps, log_dir=log_dir, ckpt_dir=ckpt_dir, resume="none"
     )
     cfg = cfg.with_overrides(overrides)  # the run's progress bar shows in a terminal (start-up, then each step)
-    register_offline_models()  # validate_run resolves the models of a teacher's tokenizer check
     validate_run(cfg)
     for previous in (Path(ckpt_dir) / cfg.exp_name, Path(log_dir) / cfg.exp_name):  # the demo's own folders only
         if previous.exists():
