@@ -5,6 +5,9 @@ early checkpoint of the ``arith-sft`` run) and the teacher ``arith-sft-teacher``
     python benchmarks/bench_distill_warm_starts.py --student-steps 150 200 --teacher-steps 150 250 \\
         --teacher-batch 128 --cache-dir /tmp/distill_ws          # other schedules, built elsewhere
 
+``--student-steps`` trains those fixed step counts (the student's accuracy band switched off); by default the student
+stops in its band (:mod:`reasonrl.sft.band`).
+
 Accuracy: greedy exact match on the 200 held-out problems (``arith_add2_heldout``) with plain transformers
 (:func:`reasonrl.demo.greedy_accuracy`). A teacher starts from ``arith-sft`` (the cached one: its build is not
 counted in the teacher's).
@@ -43,7 +46,12 @@ def main(argv=None) -> None:
     configs = []
     if args.only != "teacher":
         student = ArithStudentWarmStartConfig()
-        configs += [dataclasses.replace(student, max_steps=s) for s in args.student_steps or [student.max_steps]]
+        if args.student_steps:  # fixed step counts: the accuracy band would stop them sooner
+            configs += [
+                dataclasses.replace(student, max_steps=s, band_low=None, band_high=None) for s in args.student_steps
+            ]
+        else:
+            configs.append(student)
     if args.only != "student":
         teacher = ArithTeacherWarmStartConfig()
         changes = {

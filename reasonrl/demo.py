@@ -208,7 +208,16 @@ def built_warm_start(cfg, build, log_dir: str) -> tuple[Path, str]:
     path = build(log_dir=log_dir)
     seconds = time.perf_counter() - start
     note = "cached" if cached else f"SFT built in {seconds:.0f} s (curves: {Path(log_dir) / cfg.exp_name})"
-    return path, note
+    return path, note + band_note(path)
+
+
+def band_note(warm_path: Path) -> str:
+    """``"; band 55%-65% on arith_add2_val: entered, 58.0% at step 275"`` for a warm start that
+    stopped by accuracy (``reasonrl.sft.band``), else nothing."""
+    from reasonrl.sft.band import read_band
+
+    band = read_band(warm_path)
+    return f"; {band.summary()}" if band else ""
 
 
 CODE_MAX_NEW_TOKENS = 48  # the recipe's generate_max_len: programs take at most 20 tokens + EOS
@@ -256,7 +265,8 @@ def summary(results, checks, warm_path: Path, warm_seconds: float, cached: bool,
             "cached"
             if cached
             else f"SFT built in {warm_seconds:.0f} s (curves: {Path(log_dir) / 'arith_sft'}/summary.png)"
-        ),
+        )
+        + band_note(warm_path),
     ]
     for r, (check_before, check_after) in zip(results, checks, strict=True):
         lines += [

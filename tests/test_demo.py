@@ -19,6 +19,11 @@ of it in their first 5 steps. The runs here take the full rate from step 1 (``lr
 GRPO and PPO 3 (3.0 steps' worth of LR, as 5 warmed-up steps), LoRA 4. Measured on a second machine (warm start
 0.645, the suite's one OpenMP thread): GRPO +15.5 points (seed 1: +19.5), PPO +17.5, LoRA +20.5, against the same
 +8 margin.
+
+The warm start now stops in an accuracy band (55-65% on its validation split, ``reasonrl.sft.band``) instead of
+after 400 steps, so every machine starts these runs from the same band. From it (55.5% held-out, 58.0% on the
+validation split, step 275; the suite's one OpenMP thread, seed 0): GRPO 74.0% (+18.5), PPO 73.5% (+18.0), LoRA
+73.5% (+18.0).
 """
 
 from __future__ import annotations
@@ -50,10 +55,24 @@ def heldout():
 
 
 def test_warm_start_has_room_to_improve(warm_start, heldout):
-    """Partial accuracy: the SFT stopped early on purpose (else RL would have nothing to show)."""
+    """Partial accuracy: the SFT stopped on purpose once its greedy accuracy on its own validation split
+    (``arith_add2_val``) entered the 55-65% band (``reasonrl.sft.band``; built with this machine's cores, 2 threads
+    on 2 cores; tests/sft/test_sft_band.py builds with 1). The held-out set the demo reports is another sample of
+    the same never-trained pairs, so it lands near the band (measured 55.5% for 58.0% on the validation split); the
+    wider check below leaves its sampling error (~3.5 points at 200 problems) room."""
+    from reasonrl.data import load_rows
+    from reasonrl.sft.band import greedy_accuracy as band_accuracy
+    from reasonrl.sft.band import read_band
+
+    band = read_band(warm_start)
+    assert band is not None and band.entered and not band.overshot, band
+    assert band.low <= band.accuracy <= band.high and (band.low, band.high) == (0.55, 0.65)
+    # the recorded figure is a greedy decode of these weights (tolerance: another process and thread count; a
+    # greedy answer flips only on a tie of its top two logits within rounding: 2 of 200)
+    assert band_accuracy(warm_start, load_rows(band.data).rows, "exact", 8) == pytest.approx(band.accuracy, abs=0.01)
     accuracy = greedy_accuracy(warm_start, heldout)
-    print(f"warm start held-out accuracy (transformers, greedy): {accuracy:.3f}")
-    assert 0.3 <= accuracy <= 0.8
+    print(f"warm start: {band.summary()}; held-out accuracy (transformers, greedy): {accuracy:.3f}")
+    assert 0.45 <= accuracy <= 0.75
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,9 @@ while both seeds seen clear the margin by 11.5 points or more; another CPU's flo
 which that room absorbs (the two seeds differ by 5 points at step 2). It also checks that the reverse KL to the
 teacher fell (seed 0: 1.372 at step 1, 1.057 at step 2), and the teacher's >= 95% (measured 97.0%).
 
+The student now stops in its accuracy band (25-35% on its validation split; 22.0% held-out here): 43.0% after the
+test's 2 steps of seed 0 (+21.0 points), the teacher (now 120 SFT steps after the banded ``arith-sft``) 97.5%.
+
 Time: the file alone 41 s with warm caches (the RL run 31 s: start-up, 2 steps at ~4 s, 2 evals; the teacher's
 transformers check 4 s). Without caches the student (250 SFT steps) and the teacher (50 steps after ``arith-sft``)
 are built first: 60 s and 31 s measured on the quiet machine (``reasonrl.sft.warm_start``).
@@ -39,13 +42,24 @@ def warm_starts(ray_cluster, tmp_path_factory):
 
 @pytest.mark.integration
 def test_the_teacher_is_strong(warm_starts):
-    """Issue 43: a teacher of at least 95% held-out (greedy, plain transformers; measured 97.0%)."""
+    """Issue 43: a teacher of at least 95% held-out (greedy, plain transformers; measured 97.5%)."""
     from reasonrl.data import load_rows
     from reasonrl.demo import greedy_accuracy
 
     accuracy = greedy_accuracy(warm_starts[1], load_rows("arith_add2_heldout").rows)
     print(f"teacher held-out accuracy (transformers, greedy): {accuracy:.3f}")
     assert accuracy >= 0.95
+
+
+@pytest.mark.integration
+def test_the_student_stopped_in_its_band(warm_starts):
+    """Issue 45: the student stops once its greedy accuracy on ``arith_add2_val`` (never the reported held-out set)
+    first reaches 25%, its band 25-35% (measured: 25.5% at step 240 here, with 2 threads)."""
+    from reasonrl.sft.band import read_band
+
+    band = read_band(warm_starts[0])
+    assert band is not None and band.entered and not band.overshot, band
+    assert (band.low, band.high) == (0.25, 0.35) and band.low <= band.accuracy <= band.high
 
 
 @pytest.mark.integration
@@ -60,7 +74,7 @@ def test_distillation_improves_heldout_accuracy(warm_starts, tmp_path):
         f"distill: held-out {result.heldout_before:.3f} -> {result.heldout_after:.3f} in {result.rl_seconds:.0f} s "
         f"({result.mean_step_seconds:.1f} s/step)"
     )
-    assert 0.1 <= result.heldout_before <= 0.4, "the student is weak but not hopeless (measured 0.250)"
+    assert 0.1 <= result.heldout_before <= 0.4, "the student is weak but not hopeless (measured 0.220)"
     assert result.heldout_after >= result.heldout_before + MARGIN, (
         f"distillation did not learn: held-out accuracy {result.heldout_before:.3f} -> {result.heldout_after:.3f} "
         f"after {STEPS} steps (needs +{MARGIN}); curves in {result.log_dir}"

@@ -22,7 +22,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import random
+import re
+import time
 from pathlib import Path
 
 from reasonrl.data.code_tasks import CodeTaskSet
@@ -81,19 +84,28 @@ class ArithmeticTask:
         return f"{a}{symbol}{b}=", str(fn(a, b))
 
     def rows(self, split: str) -> list[dict]:
-        """``train_size`` / ``heldout_size`` rows of ``split`` ("train" or "heldout"), sampled with replacement for
-        training and without replacement for held-out (distinct problems), deterministic by ``seed``."""
-        if split not in ("train", "heldout"):
-            raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
-        want_heldout = split == "heldout"
+        """``train_size`` / ``heldout_size`` rows of ``split`` ("train", "heldout" or "val"), sampled with replacement
+        for training and without replacement for held-out (distinct problems), deterministic by ``seed``.
+
+        ``val`` (``heldout_size`` distinct problems) is the validation split of the warm starts' accuracy band
+        (:mod:`reasonrl.sft.band`): pairs of the held-out bucket (never trained on) that the held-out split does not
+        hold, so the band is never chosen on the problems the demos report."""
+        if split not in ("train", "heldout", "val"):
+            raise ValueError(f"split must be 'train', 'heldout' or 'val', got {split!r}")
+        want_heldout = split != "train"
         size = self.heldout_size if want_heldout else self.train_size
         rng = random.Random(f"{self.seed}:{split}")
         lo_a, hi_a = 10 ** (self.digits - 1), 10**self.digits - 1
         b_digits = self.b_digits or self.digits
         lo_b, hi_b = 10 ** (b_digits - 1), 10**b_digits - 1
-        if want_heldout and size > (hi_a - lo_a + 1) * (hi_b - lo_b + 1) * self.heldout_frac * 0.8:
-            raise ValueError(f"heldout_size={size} is too large for {self.digits}x{b_digits}-digit problems")
-        rows, seen = [], set()
+        bucket = (hi_a - lo_a + 1) * (hi_b - lo_b + 1) * self.heldout_frac * 0.8  # held-out pairs, with a margin
+        if want_heldout and size * (2 if split == "val" else 1) > bucket:
+            raise ValueError(
+                f"heldout_size={size} is too large for {self.digits}x{b_digits}-digit problems"
+                + (" (the val split takes as many other held-out pairs)" if split == "val" else "")
+            )
+        rows: list[dict] = []
+        seen = {_pair(r["question"]) for r in self.rows("heldout")} if split == "val" else set()
         while len(rows) < size:
             a, b = rng.randint(lo_a, hi_a), rng.randint(lo_b, hi_b)
             if self.is_heldout(a, b) != want_heldout or (want_heldout and (a, b) in seen):
@@ -102,6 +114,12 @@ class ArithmeticTask:
             question, answer = self.problem(a, b)
             rows.append({"id": f"{self.key}-{split}-{len(rows)}", "question": question, "answer": answer})
         return rows
+
+
+def _pair(question: str) -> tuple[int, int]:
+    """``(a, b)`` of a question ``"a<op>b="`` (the operands are non-negative)."""
+    a, b = re.split(r"[-+*]", question.rstrip("="), maxsplit=1)
+    return int(a), int(b)
 
 
 GeneratedTask = ArithmeticTask | CodeTaskSet | ToolMulTask | ToolTraceSet | DotCountTask
@@ -127,6 +145,7 @@ def task_files(task: GeneratedTask, cache_dir: Path | None = None) -> tuple[Path
 GENERATED_DATASETS: dict[str, tuple[GeneratedTask, str]] = {
     "arith_add2_train": (ArithmeticTask(), "train"),
     "arith_add2_heldout": (ArithmeticTask(), "heldout"),
+    "arith_add2_val": (ArithmeticTask(), "val"),  # the warm start's accuracy band (never the reported held-out set)
     "code_train": (CodeTaskSet(), "train"),
     "code_heldout": (CodeTaskSet(), "heldout"),
     "tool_mul_train": (ToolMulTask(), "train"),
@@ -146,6 +165,13 @@ def generated_dataset_path(name: str) -> Path:
         raise KeyError(f"unknown generated dataset {name!r}; available: {sorted(GENERATED_DATASETS)}")
     task, split = GENERATED_DATASETS[name]
     train, heldout = task_files(task)
+    if split == "val":  # a later split: written beside the others on first use (one writer wins, whole files only)
+        path = heldout.with_name("val.jsonl")
+        if not path.exists():
+            tmp = path.with_name(f".val-{os.getpid()}-{time.time_ns()}.jsonl")
+            tmp.write_text("".join(json.dumps(row) + "\n" for row in task.rows("val")), encoding="utf-8")
+            os.replace(tmp, path)
+        return path
     return train if split == "train" else heldout
 
 

@@ -21,6 +21,8 @@ from reasonrl.config.names import (
 )
 from reasonrl.utils.tracking import TRACKERS
 
+BAND_METRICS = ("exact", "code")  # reasonrl.sft.band: how a greedy response is judged
+
 # In-memory data: set in Python only (not on the command line, not in a config= file, not in --help).
 PYTHON_ONLY_FIELDS = ("rows", "eval_rows", "generator")
 
@@ -131,6 +133,14 @@ class SFTConfig:
     save_interval: int = _exp(0, "save every N steps (0 = never: only the final HF export in output_dir)")
     keep_last_ckpts: int = _exp(2, "keep this many newest checkpoints")
     resume: str = _exp("auto", "auto (newest complete checkpoint, if any) / none / a step_<n> folder")
+    # accuracy band: stop once the greedy accuracy on band_data first enters [band_low, band_high] (reasonrl.sft.band)
+    band_low: float | None = _evl(None, "stop once greedy accuracy on band_data first reaches this (None = no band)")
+    band_high: float | None = _evl(None, "the band's top: landing above it is reported as an overshoot")
+    band_data: str | None = _evl(None, "the band's validation rows (a data source; never the set you report)")
+    band_metric: str = _evl("exact", "exact (response == answer, ended by EOS) / code (every test passes)")
+    band_eval_interval: int = _evl(10, "greedy accuracy every N steps while a band is set")
+    band_eval_from: int = _evl(0, "first step at which the band's accuracy is measured")
+    band_max_new_tokens: int = _evl(16, "greedy tokens per band_data question")
     # logging
     log_interval: int = _log(10, "log the training metrics every N steps")
     eval_interval: int = _evl(100, "held-out loss every N steps (0 = only before and after training)")
@@ -192,6 +202,8 @@ class SFTConfig:
         fields = {k: v for k, v in self.to_dict().items() if k not in NOT_WEIGHT_FIELDS}
         if not self.lora_rank:  # full fine-tuning: the LoRA fields decide nothing (and old cache keys stay valid)
             fields = {k: v for k, v in fields.items() if not k.startswith("lora_")}
+        if self.band_low is None:  # no accuracy band: its fields decide nothing (and old cache keys stay valid)
+            fields = {k: v for k, v in fields.items() if not k.startswith("band_")}
         return fields
 
     # ------------------------------------------------------------------------------------------ validation
@@ -249,6 +261,7 @@ class SFTConfig:
             problems.append(f"torch_threads={self.torch_threads!r} must be >= 1 (or None)")
         if self.offload_optimizer and self.zero_stage == 0:
             problems.append("offload_optimizer=true needs zero_stage 1, 2 or 3 (ZeRO-0 keeps the optimizer on device)")
+        problems += self._band_problems()
         problems += tracker_problems(self.tracker)
         problems += _model_problems("pretrain", self.pretrain)
         context = _model_max_positions(self.pretrain)
@@ -261,6 +274,34 @@ class SFTConfig:
         problems += self._output_problems()
         if problems:
             raise ConfigError(problems, title="invalid SFT config")
+
+    def _band_problems(self) -> list[str]:
+        if self.band_low is None and self.band_high is None:
+            return []
+        if self.band_low is None or self.band_high is None:
+            return ["band_low and band_high go together: set both (a band such as 0.55 and 0.65) or neither"]
+        problems = []
+        if not 0 <= self.band_low < self.band_high <= 1:
+            problems.append(f"band_low={self.band_low!r}, band_high={self.band_high!r}: need 0 <= low < high <= 1")
+        if not self.band_data:
+            problems.append("band_data is empty: name the band's validation rows (never the set you report)")
+        elif self.band_data in (*self.train_data, *self.eval_data):
+            problems.append(
+                f"band_data={self.band_data!r} is also a train_data/eval_data source: use a split of its own"
+            )
+        if self.prompt_template != "plain":
+            problems.append(
+                f"a band needs prompt_template='plain' (got {self.prompt_template!r}): its greedy check feeds each "
+                "band_data question as the bare prompt"
+            )
+        if self.band_metric not in BAND_METRICS:
+            problems.append(f"band_metric={self.band_metric!r} is not one of {list(BAND_METRICS)}")
+        for name in ("band_eval_interval", "band_max_new_tokens"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name}={getattr(self, name)!r} must be >= 1")
+        if self.band_eval_from < 0:
+            problems.append(f"band_eval_from={self.band_eval_from!r} must be >= 0")
+        return problems
 
     def _output_problems(self) -> list[str]:
         out = Path(self.output_dir).expanduser().resolve()

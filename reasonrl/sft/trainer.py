@@ -33,6 +33,7 @@ from reasonrl.sft.config import NOT_WEIGHT_FIELDS, SFTConfig
 from reasonrl.sft.data import Sample, batch_order, encode_pairs, split_rows, trained_tokens
 
 EVAL_KEY = "eval/heldout/loss"
+BAND_KEY = "eval/band/accuracy"  # the greedy accuracy on band_data (reasonrl.sft.band)
 SFT_CONFIG_FILE = "sft_config.json"  # the config of a checkpoint (its weights-relevant fields are checked on resume)
 
 
@@ -106,9 +107,10 @@ class SFTTrainer:
         parts = self.group.call_sharded("eval_nll", self._shards(self.evals))
         return sum(p[0] for p in parts) / max(sum(p[1] for p in parts), 1)
 
-    def fit(self, start_step: int = 0) -> tuple[list[float], float, float, float]:
-        """Train steps ``start_step + 1 .. total_steps`` (0: from the beginning; else after a resumed checkpoint).
-        Returns (train losses of this session, eval loss before them, eval loss after, seconds)."""
+    def fit(self, start_step: int = 0, band=None) -> tuple[list[float], float, float, float]:
+        """Train steps ``start_step + 1 .. total_steps`` (0: from the beginning; else after a resumed checkpoint),
+        or until ``band`` (an :class:`reasonrl.sft.band.AccuracyBand`) is entered: then ``total_steps`` becomes that
+        step. Returns (train losses of this session, eval loss before them, eval loss after, seconds)."""
         cfg = self.cfg
         self.tracker.set_phase("eval")  # what the run is doing, next to the progress bar
         before = self.evaluate()
@@ -125,15 +127,22 @@ class SFTTrainer:
             m = {"sft/loss": losses[-1], "sft/lr": parts[0]["lr"], "sft/grad_norm": parts[0]["grad_norm"]}
             m["time/step"] = time.perf_counter() - step_start
             m["perf/tokens_per_s_train_policy"] = global_tokens / m["time/step"]
+            if band is not None and band.due(step):
+                self.tracker.set_phase("band")
+                m[BAND_KEY] = band.measure(step)
+                if band.result.entered:
+                    self.total_steps = step  # the run ends here (the schedule was planned for max_steps)
             if cfg.eval_interval and step % cfg.eval_interval == 0 and step != self.total_steps:
                 self.tracker.set_phase("eval")
                 m[EVAL_KEY] = self.evaluate()
-            if step % cfg.log_interval == 0 or EVAL_KEY in m or step == self.total_steps:
+            if step % cfg.log_interval == 0 or EVAL_KEY in m or BAND_KEY in m or step == self.total_steps:
                 self.tracker.log_metrics(step, m)
             self.tracker.advance(step, {"loss": losses[-1]})
             if cfg.save_interval and step % cfg.save_interval == 0 and step != self.total_steps:
                 self.tracker.set_phase("checkpoint")
                 self.save_checkpoint(step)
+            if step == self.total_steps:
+                break
         self.tracker.set_phase("eval")
         after = self.evaluate()
         seconds = time.perf_counter() - start
@@ -251,6 +260,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     from reasonrl.distributed.worker_group import WorkerGroup
     from reasonrl.models import attention_summary, named
     from reasonrl.models.vision import is_vision_model, load_processor
+    from reasonrl.sft.band import AccuracyBand, band_validation_rows
     from reasonrl.sft.worker import SFTWorker
     from reasonrl.utils.checkpoint import CheckpointManager
     from reasonrl.utils.paths import atomic_directory
@@ -274,6 +284,7 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
     template = get_template(cfg.prompt_template, tokenizer=tokenizer)
     processor = load_processor(model_path) if is_vision_model(model_path) else None
     train, evals, dropped = _encode(cfg, tokenizer, template, processor)
+    band_rows = band_validation_rows(cfg)  # before Ray: a missing or empty band_data fails here
     steps = total_steps(cfg, len(train))
     start_step = check_resume(cfg, resume_from, len(train)) if resume_from else 0
     if cfg.save_interval:  # this run saves: checkpoints of another history are moved aside (not deleted)
@@ -339,7 +350,8 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
             trainer = SFTTrainer(cfg, group, tokenizer, train, evals, tracker, checkpoints)
             if resume_from:
                 trainer.load_checkpoint(resume_from)
-            losses, before, after, seconds = trainer.fit(start_step)
+            band = AccuracyBand(cfg, band_rows, trainer.export) if band_rows is not None else None
+            losses, before, after, seconds = trainer.fit(start_step, band)
             result = SFTResult(
                 output_dir=out_dir,
                 steps=trainer.total_steps,
@@ -355,6 +367,8 @@ def train_sft(cfg: SFTConfig) -> SFTResult:
             )
             with atomic_directory(out_dir, replace=True) as tmp:  # overwrite=true: the old folder goes last
                 trainer.export(tmp)
+                if band is not None:
+                    band.write(tmp)
                 if not (tmp / "config.json").is_file() or not list(tmp.glob("*.safetensors")):
                     raise RuntimeError(
                         f"the export in {tmp} has no config.json / safetensors: rank 0 wrote it on another node; put "

@@ -5,15 +5,17 @@ resolves a model (importing this module registers nothing).
 
 A small random Qwen2 (``tiny-demo``, ~5M parameters) is fine-tuned by :func:`reasonrl.sft.train_sft` on 2-digit
 addition (``arith_add2_train``: ``"47+85="`` -> ``"132"``) for a deliberately SHORT schedule, so that it stops at
-a partial held-out accuracy (~60-65% greedy on ``arith_add2_heldout``, measured on a 2-core CPU) that RL then
-improves. Built once per machine (~70 s on 2 cores, both used by its one rank), reused afterwards::
+a partial held-out accuracy (~55-65% greedy on ``arith_add2_heldout``) that RL then
+improves: it stops once its greedy accuracy on a validation split of its own enters a band (55-65%,
+:mod:`reasonrl.sft.band`), so it lands there on any CPU. Built once per machine (~85 s on 2 cores, both used by its
+one rank), reused afterwards::
 
     path = warm_start_path()                 # <cache>/models/sft-<hash>/, an HF folder vLLM and transformers load
 
 The folder name hashes every field that changes the weights (model, data, schedule, seed) plus
 :data:`BUILD_VERSION`, so a changed recipe builds a new folder and a stale one is never reused. The SFT run is
-deterministic by seed on a given torch build (64.5% here since micro-batches count the padded grid; 60.0% before);
-other machines may land a few points away.
+deterministic by seed on a given torch build; another machine's float order gives another trajectory, which the
+band absorbs (it stops at another step). ``band.json`` beside the weights records where it stopped.
 """
 
 from __future__ import annotations
@@ -53,8 +55,13 @@ TOOLS_SFT_STEPS = 115
 class ArithWarmStartConfig(SFTConfig):
     """The SFT run behind ``pretrain=arith-sft`` (also the base of the ``playground.sft_arith`` recipe).
 
-    Constant learning rate: a decayed one would settle the model, leaving RL less to fix; 400 steps of 64 pairs
-    stop while held-out accuracy is still rising steeply."""
+    Constant learning rate: a decayed one would settle the model, leaving RL less to fix. The run stops by accuracy
+    (issue 45): once greedy accuracy on its validation split ``arith_add2_val`` first reaches 55% (the band 55-65%,
+    measured every 5 steps from step 100), while held-out accuracy is still rising steeply. A fixed 400 steps landed
+    at 40.0%, 64.5% and 75.0% held-out on three machines; the band lands in 55-65% on each, at the step that machine
+    needs. Measured here (2 threads): validation 27.5% at step 250, 50.0% at 260, 54.5% at 270, 58.0% at 275 (the
+    stop; held-out 55.5%); steps of 10 jumped from 54.5% to 66.0%, hence 5. Build ~85 s (~6 s of it the 36 greedy
+    measurements); 600 steps is the cap."""
 
     pretrain: str = "tiny-demo"
     exp_name: str = "arith_sft"
@@ -68,8 +75,16 @@ class ArithWarmStartConfig(SFTConfig):
     lr: float = 1e-3
     lr_schedule: str = "constant"
     warmup_steps: int = 20
-    max_steps: int | None = 400
+    max_steps: int | None = 600  # the cap: the accuracy band below ends the run (~400 steps on a 2-core CPU)
     train_batch_size: int = 64
+    # The accuracy band (reasonrl.sft.band): greedy accuracy on arith_add2_val (200 held-out-bucket problems, never
+    # the demo's held-out set) every 5 steps from step 100; the run stops once it first reaches 55%.
+    band_low: float | None = 0.55
+    band_high: float | None = 0.65
+    band_data: str | None = "arith_add2_val"
+    band_eval_interval: int = 5
+    band_eval_from: int = 100
+    band_max_new_tokens: int = 8
     zero_stage: int = 0
     device: str = "cpu"
     # One rank alone on the machine: it may use the cores (up to 4; more only adds overhead on a 5M model). Not a
@@ -81,39 +96,49 @@ class ArithWarmStartConfig(SFTConfig):
 class ArithStudentWarmStartConfig(ArithWarmStartConfig):
     """The SFT run behind ``pretrain=arith-sft-student``, the weak student of the distillation demo
     (``python -m reasonrl.demo --task distill``): an early checkpoint of the ``arith-sft`` run (the same model,
-    data, seed and constant learning rate, stopped sooner), so that it lands clearly below ``arith-sft``.
+    data, seed and constant learning rate, stopped sooner), so that it lands clearly below ``arith-sft``: its band
+    is 25-35% on the validation split (measured here: 25.5% at step 240, held-out 22.0%; ~80 s to build).
+
+    Measured before the band, with fixed step counts:
 
     Greedy held-out accuracy (``arith_add2_heldout``, 200 problems, plain transformers) measured on a shared 2-core
     CPU (``benchmarks/bench_distill_warm_starts.py``): 3.5% after 150 steps, 10.5% after 200, 25.0% after 250 (this
     setting), 64.5% after 400 (``arith-sft``). From 10.5% neither distillation nor GRPO moved in 10-20 steps (the
-    student rarely samples a right digit to learn from), so the student is the 250-step checkpoint. Built from scratch
-    in 60 s on the quiet machine (508 s while another session's test suite loaded the 2 cores)."""
+    student rarely samples a right digit to learn from), so the student sits near 25%."""
 
     exp_name: str = "arith_sft_student"
-    max_steps: int | None = 250
+    max_steps: int | None = 400
+    band_low: float | None = 0.25
+    band_high: float | None = 0.35
 
 
 @dataclasses.dataclass
 class ArithTeacherWarmStartConfig(ArithWarmStartConfig):
     """The SFT run behind ``pretrain=arith-sft-teacher``, the strong teacher of the distillation demo: ``arith-sft``
-    (the cached 400-step build, not trained again) after 50 more SFT steps of 128 training pairs, the learning rate
-    warmed up to 5e-4 over 5 steps and decayed to 0 (cosine).
+    (the cached build, not trained again) after 120 more SFT steps of 128 training pairs, the learning rate warmed up
+    to 5e-4 over 5 steps and decayed to 0 (cosine). A fixed schedule, no accuracy band: the teacher must be strong,
+    and its accuracy saturates too slowly for a band near the top (from today's banded ``arith-sft``, 58.0% on the
+    validation split: 91.0% at step 30, 95.5% at 50, 96.0% at 90, 97.5% at 120; held-out 90.5% at 50, 97.5% at 120).
+
+    Earlier measurements, from the 400-step ``arith-sft`` (64.5% held-out):
 
     Greedy held-out accuracy (``arith_add2_heldout``, the 200 problems the demo evaluates the student on, never
     trained on: the teacher's check, ``benchmarks/bench_distill_warm_starts.py``) measured on a shared 2-core CPU,
     all from ``arith-sft`` (64.5%), cosine to 0: lr 1e-3 without warmup, batch 128: 90.0% after 50 steps, 98.0%
     after 100 (the first steps at full lr undo part of ``arith-sft``: train loss 0.90 at step 10, from a held-out
     0.28); lr 5e-4 with 5 warmup steps: 92.5% after 30 steps of 128, 94.5% after 50 steps of 64, 97.0% after 50 steps
-    of 128 (this setting: train loss 0.10 at step 10). Built in 31 s on the quiet machine (136 s under the load of the
-    student's 508 s), ``arith-sft`` not counted (cached; if it is missing it is built first, ~70 s)."""
+    of 128 (train loss 0.10 at step 10), built in 31 s on the quiet machine. 120 steps: ~55 s, ``arith-sft`` not
+    counted (cached; if it is missing it is built first, ~85 s)."""
 
     pretrain: str = "arith-sft"
     exp_name: str = "arith_sft_teacher"
     lr: float = 5e-4
     lr_schedule: str = "cosine"
     warmup_steps: int = 5
-    max_steps: int | None = 50
+    max_steps: int | None = 120
     train_batch_size: int = 128
+    band_low: float | None = None  # a fixed schedule: strong is what counts (see the class docstring)
+    band_high: float | None = None
 
 
 @dataclasses.dataclass
@@ -135,6 +160,8 @@ class CodeWarmStartConfig(ArithWarmStartConfig):
     max_prompt_len: int = 48
     max_response_len: int = 48
     max_steps: int | None = 50
+    band_low: float | None = None  # a fixed step count (see the class docstring)
+    band_high: float | None = None
 
 
 @dataclasses.dataclass
@@ -159,6 +186,8 @@ class ToolsWarmStartConfig(ArithWarmStartConfig):
     max_response_len: int = 128
     train_batch_size: int = 32
     max_steps: int | None = TOOLS_SFT_STEPS
+    band_low: float | None = None  # a fixed step count (see the class docstring)
+    band_high: float | None = None
 
 
 @dataclasses.dataclass
@@ -190,6 +219,8 @@ class VisionWarmStartConfig(ArithWarmStartConfig):
     max_response_len: int = 4
     lr: float = 3e-4
     max_steps: int | None = 180
+    band_low: float | None = None  # a fixed step count (see the class docstring)
+    band_high: float | None = None
 
 
 def warm_start_key(cfg: SFTConfig) -> str:

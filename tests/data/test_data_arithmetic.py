@@ -29,6 +29,20 @@ def test_rows_are_deterministic_correct_and_heldout_disjoint():
     assert ArithmeticTask(op="mul", digits=1, b_digits=2, train_size=5).rows("train")[0]["question"].count("*") == 1
 
 
+def test_the_val_split_is_held_out_and_apart_from_the_reported_heldout_set():
+    """The warm starts' accuracy band is chosen on ``val`` (issue 45): never-trained pairs of the held-out bucket
+    that the reported held-out split does not hold; the train and held-out rows are those of before."""
+    val, heldout = SMALL.rows("val"), SMALL.rows("heldout")
+    assert val == SMALL.rows("val") and len(val) == len(pairs(val)) == 40
+    assert not pairs(val) & pairs(heldout), "the band is never chosen on the reported problems"
+    assert not pairs(val) & pairs(SMALL.rows("train")), "nor on trained ones"
+    assert all(SMALL.is_heldout(a, b) for a, b in pairs(val))
+    with pytest.raises(ValueError, match="val split takes as many"):
+        ArithmeticTask(digits=1, heldout_size=5).rows("val")  # 8 held-out pairs: room for 5 held-out, not 5 more
+    rows = load_rows("arith_add2_val").rows
+    assert len(rows) == 200 and not pairs(rows) & pairs(load_rows("arith_add2_heldout").rows)
+
+
 def test_bad_task_definitions_are_refused():
     with pytest.raises(ValueError, match="op must be one of"):
         ArithmeticTask(op="pow")

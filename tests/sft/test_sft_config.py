@@ -56,6 +56,13 @@ def test_a_good_config_validates():
         (dict(pretrain="tiny-demo"), r"max_prompt_len \+ max_response_len = 512 exceeds the 256-token context"),
         (dict(output_dir="ckpt/sft"), r"output_dir='ckpt/sft' overlaps the checkpoint folder"),
         (dict(output_dir="logs/sft_model"), r"output_dir='logs/sft_model' overlaps log_dir"),
+        (dict(band_low=0.5), r"band_low and band_high go together"),
+        (dict(band_low=0.7, band_high=0.6, band_data="arith_add2_val"), r"need 0 <= low < high <= 1"),
+        (dict(band_low=0.5, band_high=0.6), r"band_data is empty"),
+        (dict(band_low=0.5, band_high=0.6, band_data="arith_add2_train"), r"band_data='arith_add2_train' is also"),
+        (dict(band_low=0.5, band_high=0.6, band_data="v", band_metric="f1"), r"band_metric='f1' is not one of"),
+        (dict(band_low=0.5, band_high=0.6, band_data="v", band_eval_interval=0), r"band_eval_interval=0 must be"),
+        (dict(band_low=0.5, band_high=0.6, band_data="v", prompt_template="chat"), r"a band needs prompt_template"),
     ],
 )
 def test_each_bad_field_is_named(fields, pattern):
