@@ -168,11 +168,20 @@ def generated_dataset_path(name: str) -> Path:
     if split == "val":  # a later split: written beside the others on first use (one writer wins, whole files only)
         path = heldout.with_name("val.jsonl")
         if not path.exists():
-            tmp = path.with_name(f".val-{os.getpid()}-{time.time_ns()}.jsonl")
-            tmp.write_text("".join(json.dumps(row) + "\n" for row in task.rows("val")), encoding="utf-8")
-            os.replace(tmp, path)
+            _write_later_split(task, path)
         return path
     return train if split == "train" else heldout
+
+
+def _write_later_split(task: GeneratedTask, path: Path) -> None:
+    """``path`` (``<split>.jsonl`` of a task folder written before the split existed): written to a scratch file,
+    then renamed, so a reader sees the whole split or none."""
+    scratch = path.with_name(f".{path.stem}-{os.getpid()}-{time.time_ns()}.jsonl")
+    try:
+        scratch.write_text("".join(json.dumps(row) + "\n" for row in task.rows(path.stem)), encoding="utf-8")
+        os.replace(scratch, path)
+    finally:
+        scratch.unlink(missing_ok=True)
 
 
 def reward(response: str, gold: str, **meta) -> float:
