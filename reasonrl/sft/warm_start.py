@@ -239,6 +239,10 @@ def warm_start_key(cfg: SFTConfig) -> str:
     blob = {"fields": cfg.weights_fingerprint(), "build": BUILD_VERSION, "tiny_build": tiny.BUILD_VERSION}
     if cfg.pretrain == "tiny-vlm":  # (other models' keys stay as they were)
         blob["tiny_vlm_build"] = tiny_vlm.BUILD_VERSION
+    if cfg.band_low is not None:  # stopped by an accuracy band: a changed stop rule builds a new folder
+        from reasonrl.sft.band import RULE_VERSION
+
+        blob["band_rule"] = RULE_VERSION
     if cfg.pretrain in WARM_START_CONFIGS:  # continued from another warm start: a changed base builds a new folder
         blob["base"] = warm_start_key(WARM_START_CONFIGS[cfg.pretrain]())
     digest = hashlib.sha1(json.dumps(blob | {"tasks": tasks}, sort_keys=True, default=str).encode()).hexdigest()

@@ -56,6 +56,15 @@ def test_the_run_stops_at_the_first_measurement_inside_the_band(monkeypatch):
     assert r.summary() == "band 50%-60% on arith_add2_val: entered, 55.0% at step 20"
 
 
+def test_within_one_band_width_below_it_every_step_is_measured(monkeypatch):
+    """A run can gain more than the band's width in one interval (18.5 points in 5 steps seen): once the last
+    measurement is within one width of band_low (here >= 0.4), every step is measured."""
+    band = scripted_band(monkeypatch, [0.1, 0.45, 0.48, 0.52])
+    assert run_until_stop(band, 100) == 17
+    assert band.result.history == [(10, 0.1), (15, 0.45), (16, 0.48), (17, 0.52)]
+    assert not band.result.overshot
+
+
 def test_a_jump_over_the_band_and_a_band_never_reached_are_said(monkeypatch):
     over = scripted_band(monkeypatch, [0.2, 0.7])
     assert run_until_stop(over, 100) == 15 and over.result.overshot
@@ -109,7 +118,14 @@ def test_a_one_thread_build_stops_inside_its_band_at_the_first_entry(ray_cluster
     assert isinstance(band, BandResult) and band.entered and not band.overshot
     assert low <= band.accuracy <= high
     assert all(acc < low for _, acc in band.history[:-1]), "it stops at the first measurement inside the band"
-    assert [s for s, _ in band.history] == list(range(cfg.band_eval_from, band.step + 1, cfg.band_eval_interval))
+    steps = [s for s, _ in band.history]
+    assert steps[0] == cfg.band_eval_from and steps[-1] == band.step
+    for (prev, acc), step in zip(
+        band.history[:-1], steps[1:], strict=True
+    ):  # the schedule: every interval, every step when near
+        near = acc >= low - (high - low)
+        every = cfg.band_eval_interval
+        assert step == (prev + 1 if near else (prev // every + 1) * every), band.history
     assert json.loads((path / "reasonrl_sft.json").read_text())["result"]["steps"] == band.step
     rows = metrics_by_step(read_metrics(tmp_path / "logs" / "band_1thread" / "metrics.jsonl"))
     assert {s: rows[s]["eval/band/accuracy"] for s, _ in band.history} == dict(band.history)
