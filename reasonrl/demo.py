@@ -212,7 +212,7 @@ def built_warm_start(cfg, build, log_dir: str) -> tuple[Path, str]:
 
 
 def band_note(warm_path: Path) -> str:
-    """``"; band 55%-65% on arith_add2_val: entered, 58.0% at step 275"`` for a warm start that
+    """``"; band 55%-65% on arith_add2_val: entered, 58.5% at step 272"`` for a warm start that
     stopped by accuracy (``reasonrl.sft.band``), else nothing."""
     from reasonrl.sft.band import read_band
 
