@@ -181,20 +181,13 @@ def run_rl(
     )
 
 
-def greedy_accuracy(model_path: str | Path, rows: list[dict], max_new_tokens: int = 8, batch_size: int = 256) -> float:
-    """Exact-match accuracy of greedy decoding with plain transformers (independent of vLLM and of the trainer,
-    :func:`reasonrl.models.greedy.greedy_texts`); a response counts only if it ended with EOS (the reward's
-    rule)."""
-    from reasonrl.data.arithmetic import reward
-    from reasonrl.models.greedy import greedy_texts
+def greedy_accuracy(model_path: str | Path, rows: list[dict], max_new_tokens: int = 8) -> float:
+    """Exact-match accuracy of greedy decoding with plain transformers (independent of vLLM and of the trainer); a
+    response counts only if it ended with EOS (the reward's rule). The warm starts' band measures the same way
+    (:func:`reasonrl.sft.band.greedy_accuracy`, metric ``exact``)."""
+    from reasonrl.sft.band import greedy_accuracy as judged_greedy_accuracy
 
-    images = [r["images"] for r in rows] if rows and rows[0].get("images") else None  # the vision task's pictures
-    texts = greedy_texts(model_path, [r["question"] for r in rows], max_new_tokens, batch_size, images)
-    correct = sum(
-        reward(text, row["answer"], finish_reason="stop" if finished else "length")
-        for row, (text, finished) in zip(rows, texts, strict=True)
-    )
-    return correct / len(rows)
+    return judged_greedy_accuracy(model_path, rows, "exact", max_new_tokens)
 
 
 def built_warm_start(cfg, build, log_dir: str) -> tuple[Path, str]:
@@ -225,14 +218,12 @@ CODE_STEPS = 20  # --task code's default number of RL steps
 
 
 def greedy_pass_rate(model_path: str | Path, rows: list[dict], max_new_tokens: int = CODE_MAX_NEW_TOKENS) -> float:
-    """Fraction of ``rows`` whose greedy program (plain transformers, :func:`reasonrl.models.greedy.greedy_texts`)
-    passes every test of the row in the sandbox: the trainer's eval rule (``extract_code``, then all tests pass)."""
-    from reasonrl.models.greedy import greedy_texts
-    from reasonrl.rewards.code import check_programs, extract_code
+    """Fraction of ``rows`` whose greedy program (plain transformers) passes every test of the row in the sandbox:
+    the trainer's eval rule (``extract_code``, then all tests pass; :func:`reasonrl.sft.band.greedy_accuracy`,
+    metric ``code``)."""
+    from reasonrl.sft.band import greedy_accuracy as judged_greedy_accuracy
 
-    texts = greedy_texts(model_path, [r["question"] for r in rows], max_new_tokens)
-    verdicts = check_programs([(extract_code(text), r["tests"]) for r, (text, _) in zip(rows, texts, strict=True)])
-    return sum(v.status == "passed" for v in verdicts) / len(rows)
+    return judged_greedy_accuracy(model_path, rows, "code", max_new_tokens)
 
 
 def code_summary(result, check: tuple[float, float], warm_path: Path, warm_note: str, total: float) -> str:
