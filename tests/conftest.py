@@ -39,36 +39,37 @@ def pytest_configure(config):
             os.environ.setdefault(key, value)  # a value the user exported wins
 
 
-# The slowest test files, slowest first (seconds of one `make test` on 2 cores, one worker; a fresh clone adds the
-# warm starts' builds): they start first and the short unit-test files fill the end, so the two pytest-xdist workers
-# (`--dist loadfile`: a file runs whole on one worker, its module fixtures once) finish close together. Files that
+# The slowest test files, slowest first (seconds of one `make test` on 2 cores, one worker, 2026-12-07 with the
+# installed modules' bytecode written; a fresh clone adds the warm starts' builds): they start first and the short
+# unit-test files fill the end, so the two pytest-xdist workers (`--dist loadfile`: a file runs whole on one worker,
+# its module fixtures once) finish close together (measured: 1373 s of wall time for 2709 s of tests). Files that
 # share a warm start are kept apart (tools: test_demo_tools / test_demo_agent; vision: test_vision_run /
 # test_demo_vision; code: test_demo_code / test_two_node_run), so on a fresh clone the second one finds the folder
 # built instead of waiting on the first one's build lock (measured: the agent test waited 105 s). Only the order of
 # the run depends on this.
 SLOWEST_FILES = (
-    "tests/test_exp_stop_restart.py",  # 307
-    "tests/test_demo_tools.py",  # 193 (+ tools-sft ~100-150 fresh)
-    "tests/test_demo.py",  # 166 (+ arith-sft ~140 fresh)
-    "tests/test_demo_code.py",  # 192 (+ code-sft ~30-80 fresh)
-    "tests/loop/test_vision_run.py",  # 121 (+ vision-sft ~200 fresh)
-    "tests/loop/test_two_node_run.py",  # ~190 (measured alone, under load)
-    "tests/test_demo_agent.py",  # 190 (tools-sft, built by test_demo_tools by then)
-    "tests/loop/test_fully_async_run.py",  # 106
-    "tests/loop/test_trainer_split_placement.py",  # 128
-    "tests/test_demo_vision.py",  # 161 (vision-sft, built by test_vision_run by then)
-    "tests/test_readme.py",  # 74
-    "tests/distributed/test_distributed_ppo_workers.py",  # 90
-    "tests/distributed/test_distributed_sp_workers.py",  # ~210 alone under load (2 tests: 94 + 115)
-    "tests/loop/test_sequence_parallel_run.py",  # ~90 alone under load
-    "tests/loop/test_trainer.py",  # 80
-    "tests/distributed/test_distributed_vllm_flow.py",  # ~60 (measured one by one)
-    "tests/loop/test_trainer_features.py",  # 55
-    "tests/test_gpu_check.py",  # 56
-    "tests/sft/test_sft_trainer.py",  # 55
-    "tests/distributed/test_distributed_lora.py",  # 40
-    "tests/loop/test_distill_run.py",  # 41
-    "tests/test_demo_distill.py",  # 41 (measured alone, warm caches)
+    "tests/test_exp_stop_restart.py",  # 265
+    "tests/test_demo_tools.py",  # 113 (+ tools-sft ~100-150 fresh)
+    "tests/test_demo.py",  # 161 (+ arith-sft ~90 fresh)
+    "tests/test_demo_code.py",  # 186 (+ code-sft ~30-80 fresh)
+    "tests/loop/test_vision_run.py",  # 131 (+ vision-sft ~200 fresh)
+    "tests/loop/test_two_node_run.py",  # 69
+    "tests/test_demo_agent.py",  # 159 (tools-sft, built by test_demo_tools by then)
+    "tests/loop/test_fully_async_run.py",  # 105
+    "tests/loop/test_trainer_split_placement.py",  # 121
+    "tests/test_demo_vision.py",  # 128 (vision-sft, built by test_vision_run by then)
+    "tests/test_readme.py",  # 75
+    "tests/distributed/test_distributed_ppo_workers.py",  # 89
+    "tests/distributed/test_distributed_sp_workers.py",  # 73
+    "tests/loop/test_sequence_parallel_run.py",  # 38
+    "tests/loop/test_trainer.py",  # 66
+    "tests/distributed/test_distributed_vllm_flow.py",  # 5 (54 where it starts the worker's engine)
+    "tests/loop/test_trainer_features.py",  # 61
+    "tests/test_gpu_check.py",  # 47
+    "tests/sft/test_sft_trainer.py",  # 56
+    "tests/distributed/test_distributed_lora.py",  # 34
+    "tests/loop/test_distill_run.py",  # 44
+    "tests/test_demo_distill.py",  # 74 (+ the student and the teacher fresh)
 )
 
 
