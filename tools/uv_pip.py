@@ -20,7 +20,7 @@ stale. uv installs none (pip compiles at install), leaving it to each module's f
 exports ``PYTHONDONTWRITEBYTECODE=1`` (this project's 2-core machines do) never writes it: every process of a run, the
 driver, each Ray worker and vLLM engine, then compiled torch, transformers, vLLM and DeepSpeed from source at every
 import. Measured here: ``import vllm`` 9.2 s -> 3.5 s, transformers' ``AutoTokenizer`` 8.3 s -> 3.8 s, ``import
-deepspeed`` 3.8 s -> 1.5 s, a 2-step ``tiny_grpo_cpu`` run 44 s -> 23 s. It costs ~30 s once (2 cores), ~3 s when
+deepspeed`` 3.8 s -> 1.5 s, a 2-step ``tiny_grpo_cpu`` run 44 s -> 23 s. It costs ~30 s once (2 cores), ~5 s when
 everything is current.
 """
 
