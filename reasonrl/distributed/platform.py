@@ -90,6 +90,10 @@ def runtime_env_vars(on_gpu: bool | None = None) -> dict[str, str]:
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
             "HF_HUB_OFFLINE": "1",  # CPU runs use local folders only; never wait on a hub
+            # vLLM on CPU runs eagerly (enforce_eager), yet decorates two sampler helpers (log-prob ranks, top-k/p)
+            # with torch.compile: each engine process traced and built them with inductor (and g++) on its first
+            # request, ~3 CPU-s and 2-4 s of a run's start on 2 cores. Disabled, they run as plain torch.
+            "TORCHDYNAMO_DISABLE": "1",
         }
     # a multiprocess engine's workers get 30 s to exit before SIGTERM (vLLM: 5 s), so a slow exit on a loaded host
     # still frees its /dev/shm ring buffers (vllm_engine.ENGINE_SHUTDOWN_TIMEOUT_S)

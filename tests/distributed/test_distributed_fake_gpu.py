@@ -149,10 +149,12 @@ def test_actor_env_comes_from_the_placement_not_the_driver(monkeypatch):
         env = role.env_vars(0)
         assert env["REASONRL_DEVICE"] == "gpu" and env["DS_ACCELERATOR"] == "cuda"
         assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1" and "VLLM_CPU_KVCACHE_SPACE" not in env
+        assert "TORCHDYNAMO_DISABLE" not in env  # torch.compile stays vLLM's to use on GPU
     cpu_env = role_placements(
         [(r, None) for r in plan_groups(recipe_config("qwen7b_grpo").role_resources(), device="cpu")], "cpu"
     )["policy"].env_vars(0)
     assert cpu_env["REASONRL_DEVICE"] == "cpu" and cpu_env["DS_ACCELERATOR"] == "cpu"
+    assert cpu_env["TORCHDYNAMO_DISABLE"] == "1"  # vLLM's sampler helpers run as plain torch on CPU
     cpu_tp = recipe_config("qwen32b_ppo")
     cpu_vllm = role_placements([(r, None) for r in cpu_tp.placement_requests("cpu")], "cpu")["vllm"]
     assert "VLLM_RAY_BUNDLE_INDICES" not in cpu_vllm.env_vars(0)  # CPU: vLLM's mp executor, no Ray workers
@@ -212,7 +214,13 @@ def probe(tmp_path_factory):
     """Run ``fake_gpu_probe.py`` once (its own Ray cluster, in its own process) and return its report."""
     out = tmp_path_factory.mktemp("fake_gpu") / "report.json"
     ray_tmp = Path("/tmp") / f"rrfg{os.getpid()}"  # short: Ray's socket paths must stay under 107 characters
-    ours = ("REASONRL_DEVICE", "DS_ACCELERATOR", "VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING")
+    ours = (
+        "REASONRL_DEVICE",
+        "DS_ACCELERATOR",
+        "VLLM_CPU_KVCACHE_SPACE",
+        "VLLM_ENABLE_V1_MULTIPROCESSING",
+        "TORCHDYNAMO_DISABLE",
+    )
     env = {k: v for k, v in os.environ.items() if k not in ours and k != "RAY_ADDRESS"}  # conftest's CPU defaults
     env |= {"RAY_TMPDIR": str(ray_tmp), "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}
     proc = subprocess.run(
