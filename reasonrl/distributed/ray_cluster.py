@@ -224,6 +224,10 @@ def init_ray(
     else:
         if num_cpus is None:
             num_cpus = local_ray_cpus(local_gpu)
+        # No idle workers started ahead for the first driver (Ray starts one per CPU, up to the machine's cores):
+        # every actor of a run carries its role's runtime environment, so none of them could take such a worker
+        # (~0.5 CPU-s each, wasted per local instance).
+        kwargs.setdefault("_system_config", {"prestart_worker_first_driver": False})
         ray.init(address="local", num_cpus=num_cpus, object_store_memory=object_store_memory, **kwargs)
     resources = ray.cluster_resources()
     logger.info(f"Ray cluster resources: { {k: v for k, v in resources.items() if not k.startswith('node:')} }")

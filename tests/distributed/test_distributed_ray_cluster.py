@@ -169,6 +169,7 @@ def test_init_ray_refuses_before_ray_init_and_starts_local_explicitly(monkeypatc
     assert calls == []  # ray.init never ran
     assert rc.init_ray(None, device="cpu") == {"CPU": 8.0}
     assert calls[-1]["address"] == "local" and calls[-1]["num_cpus"] == resources.local_num_cpus("cpu")
+    assert calls[-1]["_system_config"] == {"prestart_worker_first_driver": False}  # no idle workers no actor can use
 
     def refuse(**kwargs):
         raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379")
