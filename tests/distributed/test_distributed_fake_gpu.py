@@ -214,14 +214,9 @@ def probe(tmp_path_factory):
     """Run ``fake_gpu_probe.py`` once (its own Ray cluster, in its own process) and return its report."""
     out = tmp_path_factory.mktemp("fake_gpu") / "report.json"
     ray_tmp = Path("/tmp") / f"rrfg{os.getpid()}"  # short: Ray's socket paths must stay under 107 characters
-    ours = (
-        "REASONRL_DEVICE",
-        "DS_ACCELERATOR",
-        "VLLM_CPU_KVCACHE_SPACE",
-        "VLLM_ENABLE_V1_MULTIPROCESSING",
-        "TORCHDYNAMO_DISABLE",
-    )
-    env = {k: v for k, v in os.environ.items() if k not in ours and k != "RAY_ADDRESS"}  # conftest's CPU defaults
+    cpu, gpu = platform.runtime_env_vars(on_gpu=False), platform.runtime_env_vars(on_gpu=True)
+    ours = {k for k, v in cpu.items() if gpu.get(k) != v}  # conftest's CPU defaults that a GPU driver lacks
+    env = {k: v for k, v in os.environ.items() if k not in ours and k != "RAY_ADDRESS"}
     env |= {"RAY_TMPDIR": str(ray_tmp), "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}
     proc = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("fake_gpu_probe.py")), str(out)],
