@@ -744,8 +744,10 @@ def test_role_resources_disable_unused_roles():
     assert res["policy"].world_size == 8 and res["critic"].enabled
     assert not res["ref"].enabled and not res["reward"].enabled
     assert res["vllm"].num_engines == 8
-    res = good(advantage_estimator="grpo", kl_mode="loss", init_kl_coef=1e-3).role_resources()
+    kl = dict(advantage_estimator="grpo", kl_mode="loss", init_kl_coef=1e-3)
+    res = good(**kl, reference_process="own").role_resources()
     assert not res["critic"].enabled and res["ref"].enabled
+    assert not good(**kl).role_resources()["ref"].enabled  # auto on CPU: each policy rank holds the reference
     (group,) = good().placement_requests()
     assert set(group.roles) == {"policy", "critic", "vllm"} and group.num_bundles == 8
 

@@ -82,6 +82,12 @@ class BasePPOExpConfig(DerivedValues):
     )
     colocate_policy_ref: bool = _res(False, "policy and reference share devices (when colocate_all is off)")
     colocate_critic_reward: bool = _res(False, "critic and reward model share devices (when colocate_all is off)")
+    reference_process: str = _res(
+        "auto",
+        "where the frozen reference runs: 'own' (ranks of its own), 'policy' (a frozen copy in each policy rank's "
+        "process: one process less per rank; CPU runs with the reference sized and placed as the policy), 'auto' "
+        "(policy where it can, else own; reasonrl.config.reference_process)",
+    )
     zero_stage: int | str = _res(
         "auto",
         "DeepSpeed ZeRO stage of the trained and frozen models: 0-3 for every role, or 'auto' per role: 0 where the "

@@ -58,10 +58,18 @@ class DerivedValues:
         return bool(config and config.is_file() and "vision_config" in json.loads(config.read_text()))
 
     @property
+    def reference_fused(self) -> bool:
+        """True iff each policy rank holds a frozen copy of ``pretrain`` as the reference (``reference_process``
+        resolved: :func:`reasonrl.config.reference_process.reference_fused`)."""
+        from reasonrl.config.reference_process import reference_fused
+
+        return reference_fused(self)
+
+    @property
     def reference_in_policy(self) -> bool:
-        """True iff the reference log-probs come from the policy workers with the adapter switched off (LoRA): no
-        reference role is placed."""
-        return self.use_reference and self.use_lora
+        """True iff the reference log-probs come from the policy workers: with the adapter switched off (LoRA), or
+        from the frozen copy each policy rank holds (:attr:`reference_fused`). No reference role is placed."""
+        return self.use_reference and (self.use_lora or self.reference_fused)
 
     @property
     def sync_trainable_only(self) -> bool:

@@ -33,7 +33,8 @@ def setup_from_config(cfg: BasePPOExpConfig, model: ModelShape | None = None, de
         ),
         policy_dp=cfg.policy_world_size,
         critic_dp=cfg.critic_world_size if cfg.use_critic else 0,
-        ref_dp=cfg.ref_num_nodes * cfg.ref_devices_per_node if cfg.use_reference and not cfg.reference_in_policy else 0,
+        # a reference inside the policy's processes (reference_process) still holds its weights: only LoRA's has none
+        ref_dp=cfg.ref_num_nodes * cfg.ref_devices_per_node if cfg.use_reference and not cfg.use_lora else 0,
         teacher_dp=cfg.ref_num_nodes * cfg.ref_devices_per_node if cfg.use_teacher else 0,
         reward_dp=cfg.reward_num_nodes * cfg.reward_devices_per_node if cfg.use_reward_model else 0,
         bf16=cfg.bf16,

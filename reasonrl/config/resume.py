@@ -69,6 +69,7 @@ ALWAYS_ALLOWED = (
     "vllm_gpu_memory_utilization",
     "vllm_enable_sleep",
     "cpus_per_bundle",
+    "reference_process",  # the same reference weights and forward, in the policy's processes or its own
     "sync_bucket_mb",
     "sync_verify_tolerance",
     "sync_transport",

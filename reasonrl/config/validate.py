@@ -51,6 +51,7 @@ from reasonrl.config.probes import (
     _model_problems,
     _reward_fn_problems,
 )
+from reasonrl.config.reference_process import REFERENCE_PROCESSES, reference_process_problems
 from reasonrl.config.remote_reward import reward_url_problems
 from reasonrl.config.resources import check_resources
 from reasonrl.config.sequence_parallel import sequence_parallel_problems
@@ -165,6 +166,7 @@ def _check_names(cfg: BasePPOExpConfig) -> list[str]:
         ("attn_implementation", ATTN_IMPLEMENTATIONS),
         ("extract_mode", EXTRACT_MODES),
         ("zero_stage", ZERO_STAGE_CHOICES),
+        ("reference_process", REFERENCE_PROCESSES),
         ("sync_transport", SYNC_TRANSPORTS),
         ("sync_verify_with", SYNC_VERIFY_SOURCES),
         ("tracker", TRACKERS),
@@ -182,6 +184,7 @@ def _check_names(cfg: BasePPOExpConfig) -> list[str]:
             "bf16=true, or attn_implementation=auto (sdpa in float32)"
         )
     problems += sequence_parallel_problems(cfg)  # Ulysses: heads and ranks divisible, wired or not
+    problems += reference_process_problems(cfg)  # reference_process=policy where the run cannot host it
     if cfg.sync_transport == "ipc" and not cfg.colocate_all:
         problems.append(
             "sync_transport='ipc' hands each engine worker the weights of the policy rank on its own device, so it "

@@ -77,6 +77,9 @@ class WorkerConfig:
     freeze_vision_tower: bool = False  # a vision-language policy: its image encoder does not train
     # Ulysses: ranks per sequence (groups of consecutive ranks run each micro-batch together; sp_rounds); 1 = off
     sequence_parallel_size: int = 1
+    # the policy's only: the reference's settings when each policy rank also holds the frozen reference
+    # (reference_process, reasonrl.config.reference_process); None = a reference role of its own, or none
+    reference: WorkerConfig | None = None
 
     def lora_settings(self):
         from reasonrl.models.lora import LoraSettings
@@ -221,14 +224,16 @@ class _ModelWorker(DistributedWorker):
         for r in sp_rounds.group_rounds(micro_batches, self.sp_group, payload):
             yield self._batch(r.samples), r.payload, r.own, r.last
 
-    def _logprobs(self, batch, temperature: float, with_entropy: bool):
-        """``response_logprobs`` of this worker's engine on ``batch``, or its SP form over the group."""
+    def _logprobs(self, batch, temperature: float, with_entropy: bool, engine=None):
+        """``response_logprobs`` of ``engine`` (default: this worker's engine) on ``batch``, or its SP form over the
+        group."""
         from reasonrl.models import response_logprobs
         from reasonrl.models.sequence_parallel import sp_response_logprobs
 
+        engine = self.engine if engine is None else engine
         if self.sp_group is None:
-            return response_logprobs(self.engine, batch, temperature, with_entropy)
-        return sp_response_logprobs(self.engine, batch, self.sp_group, temperature, with_entropy)
+            return response_logprobs(engine, batch, temperature, with_entropy)
+        return sp_response_logprobs(engine, batch, self.sp_group, temperature, with_entropy)
 
     def _values(self, batch):
         """``response_values`` of this worker's critic engine on ``batch``, or its SP form over the group."""
@@ -310,8 +315,8 @@ class _ModelWorker(DistributedWorker):
         """Restore what :meth:`save_checkpoint` wrote (same world size). Collective. Returns the client state."""
         return ds.load_checkpoint(self.engine, ckpt_dir, tag)
 
-    def _frozen_ds_config(self) -> dict[str, Any]:
-        c = self.config
+    def _frozen_ds_config(self, config: WorkerConfig | None = None) -> dict[str, Any]:
+        c = config or self.config
         return build_ds_config(
             zero_stage=c.zero_stage,
             bf16=c.bf16,
@@ -320,9 +325,21 @@ class _ModelWorker(DistributedWorker):
             train=False,
         )
 
+    def _load_frozen(self, config: WorkerConfig):
+        """The frozen causal LM of ``config`` (a reference) in an engine without optimizer, on this worker's resolved
+        attention. Returns ``(engine, hf_ds_config)``: keep both referenced."""
+        model, hf_ds_config = ds.load_causal_lm(
+            local_model_folder(config.model_path),
+            self._frozen_ds_config(config),
+            attn_implementation=self.attn_implementation,
+        )
+        return ds.initialize_frozen(model, self._frozen_ds_config(config)), hf_ds_config
+
 
 class PolicyWorker(_ModelWorker):
     """The actor model: log-probs for the rollout, the PPO update, and weights for the vLLM engines."""
+
+    ref_engine = None  # the frozen reference this rank holds (WorkerConfig.reference), set by setup
 
     def setup(self, config: WorkerConfig) -> int:
         self._configure(config)
@@ -346,6 +363,15 @@ class PolicyWorker(_ModelWorker):
             model = add_adapters(model, lora)
         self._build_trainable(model)
         self._setup_sequence_parallel(self.engine.module)
+        if config.reference is not None:
+            if self.sp_group is not None:
+                raise ValueError(
+                    f"policy rank {self.rank}: a reference in the policy's process runs whole sequences only "
+                    "(sequence_parallel_size=1); give the reference its own ranks (reference_process=own)"
+                )
+            with torch.random.fork_rng(devices=[]):  # loading it leaves the policy's random state as it was
+                self.ref_engine, self._ref_hf_ds_config = self._load_frozen(config.reference)
+            logger.info(f"policy rank {self.rank}: the frozen reference runs in this process (reference_process)")
         return sum(p.numel() for p in self.engine.module.parameters())
 
     @torch.no_grad()
@@ -366,12 +392,19 @@ class PolicyWorker(_ModelWorker):
 
     @torch.no_grad()
     def ragged_ref_logprobs(self, shard: RaggedShard, temperature: float = 1.0) -> tuple[torch.Tensor, None]:
-        """The reference's log-probs (:meth:`ragged_logprobs` with the LoRA adapter switched off: the base model).
-        Collective. Only for a policy with adapters (``lora_rank > 0``)."""
+        """The reference's log-probs as float32 ``[sum of response lengths]``: from the frozen reference this rank
+        holds (``WorkerConfig.reference``), else :meth:`ragged_logprobs` with the LoRA adapter switched off (the
+        base model). Collective."""
         from reasonrl.models.lora import adapter_disabled, is_adapted
 
+        if self.ref_engine is not None:
+            logprobs = _forward_logprobs(self, shard.samples, temperature, False, shard.images, self.ref_engine)[0]
+            return flatten_padded(logprobs, shard.response_lengths), None
         if not is_adapted(self.engine.module):
-            raise RuntimeError("ragged_ref_logprobs: this policy has no LoRA adapter (lora_rank=0); use a reference")
+            raise RuntimeError(
+                "ragged_ref_logprobs: this policy holds no reference (WorkerConfig.reference) and no LoRA adapter "
+                "(lora_rank=0); use a reference role"
+            )
         with adapter_disabled(self.engine.module):
             return self.ragged_logprobs(shard, temperature)
 
@@ -526,12 +559,7 @@ class ReferenceWorker(_ModelWorker):
 
     def setup(self, config: WorkerConfig) -> int:
         self._configure(config)
-        model, self._hf_ds_config = ds.load_causal_lm(
-            local_model_folder(config.model_path),
-            self._frozen_ds_config(),
-            attn_implementation=self.attn_implementation,
-        )
-        self.engine = ds.initialize_frozen(model, self._frozen_ds_config())
+        self.engine, self._hf_ds_config = self._load_frozen(config)
         self._setup_sequence_parallel(self.engine.module)
         return sum(p.numel() for p in self.engine.module.parameters())
 
@@ -662,8 +690,8 @@ class RewardModelWorker(_ModelWorker):
 
 
 # -------------------------------------------------------------------------------------------------- helpers
-def _forward_logprobs(worker, samples, temperature, with_entropy, images=None):
-    forward = lambda batch: worker._logprobs(batch, temperature, with_entropy)  # noqa: E731
+def _forward_logprobs(worker, samples, temperature, with_entropy, images=None, engine=None):
+    forward = lambda batch: worker._logprobs(batch, temperature, with_entropy, engine)  # noqa: E731
     return _stitch(worker, samples, forward, images)
 
 

@@ -70,6 +70,8 @@ def worker_config(
     # Ulysses on the roles validate() checks (policy, reference, critic); the teacher and the reward model run whole
     # sequences (their models' heads are not checked)
     kwargs["sequence_parallel_size"] = cfg.sequence_parallel_size if role in ("policy", "ref", "critic") else 1
+    if role == "policy" and cfg.reference_fused:  # reference_process: each policy rank also holds the reference
+        kwargs["reference"] = worker_config(cfg, "ref", num_rollout_steps=num_rollout_steps, **extra)
     kwargs.update(extra)
     # packed only where it saves compute (flash-attention), decided by each worker for the backend it resolved
     kwargs.setdefault("packing", "auto" if cfg.packing_samples else "off")

@@ -98,6 +98,7 @@ def test_a_teacher_with_the_same_tokenizer_passes_the_run_checks():
 )
 def test_the_teacher_is_placed_as_the_reference(flags, groups):
     base = dict(ONE, colocate_all=False, kl_mode="reward", init_kl_coef=0.01, teacher_pretrain="tiny-demo")
+    base["reference_process"] = "own"  # the reference as a role of its own (on CPU, auto puts it in the policy)
     requests = cfg(**{**base, **flags}).placement_requests(device="cpu")
     assert [r.name for r in requests] == groups
     without_kl = cfg(**{**base, "kl_mode": "none", "init_kl_coef": 0.0})  # no reference: the teacher keeps its shape

@@ -10,6 +10,8 @@ Tolerances (float32 throughout), each against results computed another way:
   (vLLM's CPU kernels, picked from the CPU's flags, and prepacked oneDNN linears, vs torch's); measured 9.5e-7 here,
   up to 5e-5 on image prompts (tests/loop/test_vision_run.py). One update moves these log-probs by more than 1e-3
   (asserted each time), a missed tensor by far more.
+* a policy rank's own frozen reference (``WorkerConfig.reference``) vs its policy before training: exact, the same
+  weights, forward code, micro-batches and threads in one process.
 * the update with reused log-probs vs a separate old forward, rel 1e-6 / atol 1e-6: the same forward in the same
   shapes on twin single-rank groups, measured bit-equal; a stale or missing old log-prob changes ratio and loss.
 """
@@ -29,7 +31,8 @@ from sync_faults import check_sync_faults, drop_layer_on_apply
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
 from reasonrl.algos.loss_settings import PolicyLossConfig, ValueLossConfig
-from reasonrl.dataplane.experience import Experience, flatten_padded
+from reasonrl.dataplane.experience import Experience, RaggedShard, flatten_padded
+from reasonrl.dataplane.sharding import padded_from_flat
 from reasonrl.distributed.ppo_workers import (
     CriticWorker,
     PolicyWorker,
@@ -58,6 +61,14 @@ def stitch(parts: list[torch.Tensor]) -> torch.Tensor:
 
 def policy_logprobs(policy: WorkerGroup, samples) -> torch.Tensor:
     return stitch([logprobs for logprobs, _ in policy.call_sharded("compute_logprobs", shards(samples))])
+
+
+def policy_ref_logprobs(policy: WorkerGroup, samples) -> torch.Tensor:
+    """The reference log-probs each policy rank computes itself (its frozen copy, ``WorkerConfig.reference``)."""
+    ragged = [RaggedShard.from_samples(part) for part in shards(samples)]
+    flats = [flat for flat, _ in policy.call_sharded("ragged_ref_logprobs", ragged)]
+    lengths = [r.response_lengths for r in ragged]
+    return stitch([padded_from_flat(f, n, int(n.max())) for f, n in zip(flats, lengths, strict=True)])
 
 
 def group(worker_cls, config: WorkerConfig) -> WorkerGroup:
@@ -175,7 +186,8 @@ def fp32_syncer(policy, engine, transport: str, verify_with: str) -> WeightSynce
 
 
 def test_policy_update_then_weight_sync(ray_cluster, config, vllm_engine, tiny_tokenizer, tiny_model_dir):
-    policy = group(PolicyWorker, config)
+    # each rank also holds the frozen reference (reference_process=policy): a second ZeRO-3 engine in its process
+    policy = group(PolicyWorker, dataclasses.replace(config, reference=config))
     original = load_file(tiny_model_dir / "model.safetensors")
     try:
         # a rollout from the engine with the initial weights
@@ -189,6 +201,10 @@ def test_policy_update_then_weight_sync(ray_cluster, config, vllm_engine, tiny_t
         for i, c in enumerate(rollout):
             vllm_old[i, : len(c.logprobs)] = torch.tensor(c.logprobs)
         assert (old - vllm_old).abs()[mask].max() < 1e-4  # trainer and engine agree before training
+        # the reference in the policy's processes: the same weights, forward code, shapes and threads as the policy
+        # before training, so the same numbers exactly
+        ref = policy_ref_logprobs(policy, samples)
+        assert torch.equal(ref, old)
 
         adv = torch.where(torch.arange(len(samples))[:, None] % 2 == 0, 1.0, -1.0).expand_as(old) * mask
         exp = Experience(samples, mask, old_logprobs=old, advantages=adv)
@@ -197,6 +213,7 @@ def test_policy_update_then_weight_sync(ray_cluster, config, vllm_engine, tiny_t
         assert all(torch.isfinite(torch.tensor(m["grad_norm"])) and m["grad_norm"] > 0 for m in metrics)
         new = policy_logprobs(policy, samples)
         assert (new - old).abs()[mask].max() > 1e-3  # the update changed the policy
+        assert torch.equal(policy_ref_logprobs(policy, samples), ref)  # and not the reference beside it
 
         probe = samples[0][0] + samples[0][1]
         probe_before = torch.tensor(ray.get(vllm_engine.prompt_logprobs.remote(probe)))
