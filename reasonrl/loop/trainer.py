@@ -62,6 +62,19 @@ class Roles:
     teacher: Any = None  # the distillation teacher (teacher_pretrain): a reference-class group
 
 
+def _check_roles(cfg, roles: Roles) -> None:
+    """The roles a step of ``cfg`` calls exist: a reference group unless the policy computes the reference's
+    log-probs (``cfg.reference_in_policy``: LoRA, or ``reference_process``), and a teacher for ``teacher_pretrain``.
+    Roles started under another config (e.g. another ``reference_process`` resolution) fail here, not mid-step."""
+    if cfg.use_reference and not cfg.reference_in_policy and roles.ref is None:
+        raise ValueError(
+            f"kl_mode={cfg.kl_mode!r} computes the reference's log-probs in a reference role "
+            f"(reference_process={cfg.reference_process!r} resolves to 'own' here), but no reference group was given"
+        )
+    if cfg.use_teacher and roles.teacher is None:
+        raise ValueError(f"teacher_pretrain={cfg.teacher_pretrain!r} needs a teacher group; none was given")
+
+
 def training_steps(cfg, train_rows: Sequence[dict]) -> int:
     """The steps a run trains: every full prompt batch of its ``num_episodes`` passes over ``train_rows``, at
     most ``max_steps``."""
@@ -99,6 +112,7 @@ class PPOTrainer:
         reward_model_encoder: Callable | None = None,
     ):
         self.cfg, self.roles, self.tokenizer = cfg, roles, tokenizer
+        _check_roles(cfg, roles)
         self.no_signal = NoSignalMonitor()
         self.eval_sets, self.tracker, self.checkpoints = eval_sets, tracker, checkpoints
         self.sampler = PromptSampler(train_rows, cfg.rollout_batch_size, cfg.seed, cfg.num_episodes)

@@ -40,6 +40,7 @@ def stack(ray_cluster, tmp_path_factory):
         log_dir=str(root / "logs"),
         teacher_pretrain="tiny-demo",  # 4 layers, 256 context, tiny's tokenizer
         kl_mode="reward",  # the reference stays on next to the teacher
+        reference_process="own",  # a reference group of its own: the first step uses it as the teacher too
         init_kl_coef=1e-3,
         max_prompt_len=200,
         generate_max_len=32,  # prompt + response within the teacher's 256 positions

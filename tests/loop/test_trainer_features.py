@@ -48,6 +48,7 @@ def stack(ray_cluster, tmp_path_factory):
         ckpt_dir=str(root / "ckpt"),
         log_dir=str(root / "logs"),
         kl_mode="reward",  # a reference role for the KL features
+        reference_process="own",  # its own group, shared by the features under both placements
         init_kl_coef=1e-3,
         eval_data=[],
         eval_before_training=False,
