@@ -4,8 +4,9 @@ Each handle wraps one role's :class:`~reasonrl.distributed.worker_group.WorkerGr
 its ``Roles``; the weight syncers and the phase machine keep using the groups and the engine actors directly):
 
 =====================  ========================================================================================
-``PolicyHandle``       ``logprobs(shards, temperature)``, ``ref_logprobs(shards, temperature)`` (LoRA: adapter
-                       off), ``send_step_data(shards, step)``, ``update(mini_batch, step, loss, coefs)``,
+``PolicyHandle``       ``logprobs(shards, temperature)``, ``ref_logprobs(shards, temperature)`` (the frozen copy
+                       each rank holds under ``reference_process=policy``, else LoRA: adapter off),
+                       ``send_step_data(shards, step)``, ``update(mini_batch, step, loss, coefs)``,
                        ``save_checkpoint`` / ``load_checkpoint``, ``export_hf``, ``export_adapter``
 ``CriticHandle``       ``values(shards)``, ``send_step_data``, ``update(mini_batch, step, loss)``, checkpoints
 ``RefHandle``          ``logprobs(shards, temperature)`` (the reference, and the distillation teacher: a group of the
@@ -121,7 +122,8 @@ class PolicyHandle(TrainedRoleHandle):
         return await self._forward("ragged_logprobs", shards, temperature)
 
     async def ref_logprobs(self, shards: RankShards, temperature: float) -> torch.Tensor:
-        """The reference's log-probs when the reference is the policy with its LoRA adapter switched off."""
+        """The reference's log-probs computed by the policy's ranks: from the frozen copy each holds
+        (``reference_process=policy``), or the policy with its LoRA adapter switched off."""
         return await self._forward("ragged_ref_logprobs", shards, temperature)
 
     async def update(
