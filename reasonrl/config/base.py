@@ -85,7 +85,7 @@ class BasePPOExpConfig(DerivedValues):
     reference_process: str = _res(
         "auto",
         "where the frozen reference runs: 'own' (ranks of its own), 'policy' (a frozen copy in each policy rank's "
-        "process: one process less per rank; CPU runs with the reference sized and placed as the policy), 'auto' "
+        "process: one process fewer per rank; CPU runs with the reference sized and placed as the policy), 'auto' "
         "(policy where it can, else own; reasonrl.config.reference_process)",
     )
     zero_stage: int | str = _res(
