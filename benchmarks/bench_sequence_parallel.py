@@ -2,10 +2,12 @@
 
     python benchmarks/bench_sequence_parallel.py                     # 1 sample, 4096 tokens, 3 repetitions
     python benchmarks/bench_sequence_parallel.py --tokens 8192 --reps 2
+    python benchmarks/bench_sequence_parallel.py --sequences 4        # 4 sequences of 1024 packed in one row
 
 What one rank holds is what sequence parallelism is for: at SP = N each rank runs the decoder on S / N positions, so
 its activations (hidden states, MLP, norms, the LM head's chunks) shrink N-fold; the attention core still sees the
-whole row for its heads / N (the whole-row mask: [1, S, S] per sample, dense in this version). Each configuration
+whole row for its heads / N, causal within each sequence's span (no [S, S] mask; one core call per packed
+sequence with ``--sequences``, where SP = 1 runs transformers' own sdpa with its packed block mask). Each configuration
 runs in fresh processes (``ru_maxrss`` is a high-water mark), one torch thread per rank, with activation
 checkpointing off (the worst case for activations): SP = 1 is one process on the whole sequence with transformers'
 own sdpa; SP = 2 is two processes of one gloo group, each on half the positions (``sp_response_logprobs``).
@@ -45,14 +47,14 @@ def model_config(vocab: int, positions: int):
     )
 
 
-def rank_main(rank: int, world: int, store: str, tokens: int, reps: int, out: str) -> None:
+def rank_main(rank: int, world: int, store: str, tokens: int, sequences: int, reps: int, out: str) -> None:
     import resource
 
     import torch
     import torch.distributed as dist
     from transformers import Qwen2ForCausalLM
 
-    from reasonrl.models.batching import pad_batch
+    from reasonrl.models.batching import pack_batch, pad_batch
     from reasonrl.models.logprobs import response_logprobs
     from reasonrl.models.sequence_parallel import sp_response_logprobs
     from reasonrl.models.ulysses_attention import use_ulysses_attention
@@ -66,9 +68,15 @@ def rank_main(rank: int, world: int, store: str, tokens: int, reps: int, out: st
     if world > 1:
         use_ulysses_attention(model, "sdpa")
     g = torch.Generator().manual_seed(1)
-    prompt = torch.randint(3, 2048, (64,), generator=g).tolist()
-    response = torch.randint(3, 2048, (tokens - 64,), generator=g).tolist()
-    batch = pad_batch([(prompt, response)], pad_token_id=0)
+    each = tokens // sequences
+    samples = [
+        (
+            torch.randint(3, 2048, (64,), generator=g).tolist(),
+            torch.randint(3, 2048, (each - 64,), generator=g).tolist(),
+        )
+        for _ in range(sequences)
+    ]
+    batch = pad_batch(samples, pad_token_id=0) if sequences == 1 else pack_batch(samples)  # one row of `tokens`
     times = []
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     for _ in range(reps):
@@ -88,14 +96,14 @@ def rank_main(rank: int, world: int, store: str, tokens: int, reps: int, out: st
         dist.destroy_process_group()
 
 
-def run(world: int, tokens: int, reps: int) -> dict:
+def run(world: int, tokens: int, sequences: int, reps: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out, store = str(Path(tmp) / "r"), str(Path(tmp) / "store")
         # large blocks mmapped (freed to the OS at once), so the high-water RSS above the loaded model is what the
         # forward + backward held: activations, and the gradients once backward allocates them (set to None before)
         env = dict(os.environ, OMP_NUM_THREADS="1", MALLOC_MMAP_THRESHOLD_="65536")
         cmd = [sys.executable, __file__, "--rank-of", str(world), "--store", store, "--out", out]
-        cmd += ["--tokens", str(tokens), "--reps", str(reps)]
+        cmd += ["--tokens", str(tokens), "--sequences", str(sequences), "--reps", str(reps)]
         procs = [subprocess.Popen([*cmd, "--rank", str(r)], env=env) for r in range(world)]
         for p in procs:
             if p.wait() != 0:
@@ -107,6 +115,7 @@ def run(world: int, tokens: int, reps: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--sequences", type=int, default=1, help="pack this many sequences of tokens / K in the row")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--rank-of", type=int, help=argparse.SUPPRESS)
@@ -114,10 +123,11 @@ def main() -> None:
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank is not None:
-        rank_main(args.rank, args.rank_of, args.store, args.tokens, args.reps, args.out)
+        rank_main(args.rank, args.rank_of, args.store, args.tokens, args.sequences, args.reps, args.out)
         return
-    rows = {sp: run(sp, args.tokens, args.reps) for sp in (1, 2)}
-    print(f"one sample of {args.tokens} tokens, forward + backward, fp32, 1 thread per rank, no checkpointing")
+    rows = {sp: run(sp, args.tokens, args.sequences, args.reps) for sp in (1, 2)}
+    what = "one sample" if args.sequences == 1 else f"{args.sequences} samples packed in one row"
+    print(f"{what} of {args.tokens} tokens, forward + backward, fp32, 1 thread per rank, no checkpointing")
     print(f"{'':8s} {'peak MiB per rank':>18s} {'median s':>9s}")
     for sp, r in rows.items():
         print(f"SP = {sp:<3d} {r['peak_mib']:18.0f} {r['median_s']:9.2f}")

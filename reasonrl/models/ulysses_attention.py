@@ -7,7 +7,8 @@ the whole sequence, so around the core attention two all-to-alls swap which dime
     q, k, v   [batch, heads, L, head_dim]      (this rank's positions, all heads)
       -- all_to_all: scatter heads, gather positions -->
               [batch, heads / N, S, head_dim]  (all positions, this rank's heads)
-    core attention (sdpa or eager) with the FULL mask [batch, 1, S, S]
+    core attention (sdpa or eager) over the whole sequence: causal within each sequence's span (no mask tensor),
+    or, only where a sequence's tokens are not contiguous, with the FULL mask [batch, 1, S, S]
       -- all_to_all: scatter positions, gather heads -->
     out       [batch, L, heads, head_dim]
 
@@ -26,9 +27,13 @@ registration, and drops the attention mask (sdpa then runs ``is_causal``), so le
 * the SP state travels with the forward call as the keyword argument ``ulysses`` (a :class:`UlyssesContext`),
   which transformers hands down to every attention call; a forward without it (SP = 1, generation) runs the core
   backend with transformers' own mask, unchanged;
-* the mask is rebuilt for the whole sequence from the context: key ``k`` is visible to query ``q`` iff
-  ``k <= q``, ``keep[k]`` (not padding) and ``segment[q] == segment[k]`` (same packed sequence); the diagonal is
-  always visible so rows of padding never softmax over nothing (their outputs are junk, never scored);
+* the visibility is rebuilt for the whole sequence from the context: key ``k`` is visible to query ``q`` iff
+  ``k <= q``, ``keep[k]`` (not padding) and ``segment[q] == segment[k]`` (same packed sequence). Where every
+  sequence's kept tokens are one contiguous span (left or right padding, packing: the micro-batches the workers
+  build), that is causal attention within each span, and the core runs ``is_causal`` once per span
+  (:meth:`UlyssesContext.spans`): no [S, S] tensor at all, and sdpa may take its flash kernel. Otherwise (a hole in
+  a sequence's attention mask) a dense mask is built, whose diagonal is always visible so rows of padding never
+  softmax over nothing; padding's outputs are junk (0 on the span path), never scored and never attended to;
 * any micro-batch shape: the positions per rank are read from the tensors at every call.
 
 Limits: the head counts (query and key/value) must be divisible by N (no key/value replication); sliding-window
@@ -114,6 +119,32 @@ class UlyssesContext:
             self._masks["causal_only"] = prefix and one_segment
         return self._masks["causal_only"]
 
+    def spans(self) -> list[list[tuple[int, int]]] | None:
+        """Per row, the ``(start, end)`` span of each sequence's kept tokens, in order; None when some sequence's kept
+        tokens are not contiguous (then only the dense :meth:`mask` is exact).
+
+        Within a span [s, e), query q sees keys [s, q]: exactly the visibility of :meth:`mask` for a kept query.
+        """
+        if "spans" not in self._masks:
+            keep = self.keep.bool()  # [batch, S]
+            joined = keep[:, 1:] & keep[:, :-1] & (self.segment[:, 1:] == self.segment[:, :-1])  # [batch, S - 1]
+            no = torch.zeros_like(keep[:, :1])
+            starts = keep & ~torch.cat([no, joined], 1)  # a kept token not continuing its left neighbour's span
+            ends = keep & ~torch.cat([joined, no], 1)  # a kept token not continued by its right neighbour
+            rows, first = starts.nonzero(as_tuple=True)
+            last = ends.nonzero(as_tuple=True)[1]  # row-major like ``first``: the i-th end closes the i-th start
+            segments = self.segment[rows, first]
+            per_row: list[list[tuple[int, int]]] = [[] for _ in range(keep.shape[0])]
+            seen = set()
+            for row, start, end, seg in zip(
+                rows.tolist(), first.tolist(), last.tolist(), segments.tolist(), strict=True
+            ):
+                seen.add((row, seg))
+                per_row[row].append((start, end + 1))
+            contiguous = len(seen) == len(segments)  # no sequence has two spans
+            self._masks["spans"] = per_row if contiguous else None
+        return self._masks["spans"]
+
     def mask(self, core: str, dtype: torch.dtype) -> torch.Tensor:
         """The whole sequence's mask, built once per forward (and reused by the recompute of checkpointing).
 
@@ -164,6 +195,29 @@ def _core(core: str, module, query, key, value, mask, dropout, scaling, **kwargs
     return eager_core(module, query, key, value, mask, dropout=dropout, scaling=scaling)
 
 
+def attend_spans(core: str, module, query, key, value, scaling, spans: list[list[tuple[int, int]]]) -> torch.Tensor:
+    """Causal attention within each span, one core call per span (no mask tensor); positions outside every span
+    (padding) get 0.
+
+    q [batch, h, S, d], k/v [batch, h_kv, S, d]; ``spans[b]`` the (start, end) spans of row b, in order.
+    Returns [batch, S, h, d]."""
+    batch, heads, s, dim = query.shape
+    rows = []
+    for b in range(batch):
+        pieces, at = [], 0
+        for start, end in spans[b]:
+            if start > at:
+                pieces.append(query.new_zeros(1, start - at, heads, dim))
+            one = slice(b, b + 1), slice(None), slice(start, end)
+            out, _ = _core(core, module, query[one], key[one], value[one], None, 0.0, scaling)  # [1, e - s, h, d]
+            pieces.append(out)
+            at = end
+        if at < s:
+            pieces.append(query.new_zeros(1, s - at, heads, dim))
+        rows.append(torch.cat(pieces, 1))
+    return torch.cat(rows, 0)
+
+
 def ulysses_attention(
     module,
     query: torch.Tensor,  # [batch, heads, L, head_dim]
@@ -188,8 +242,12 @@ def ulysses_attention(
         raise ValueError("sequence parallelism does not support sliding-window attention layers")
     group = ulysses.group
     q, k, v = (seq_to_heads(t, group) for t in (query, key, value))  # [batch, h / N, S, head_dim]
-    mask = None if ulysses.causal_only() else ulysses.mask(core, q.dtype)  # None: causal, no [S, S] mask
-    out, _ = _core(core, module, q, k, v, mask, 0.0, scaling)  # [batch, S, h / N, d]
+    if ulysses.causal_only():  # one call, causal, no [S, S] mask
+        out, _ = _core(core, module, q, k, v, None, 0.0, scaling)  # [batch, S, h / N, d]
+    elif (spans := ulysses.spans()) is not None:  # causal within each sequence's span, no [S, S] mask
+        out = attend_spans(core, module, q, k, v, scaling, spans)
+    else:  # a sequence with a hole in its attention mask: the dense whole-row mask
+        out, _ = _core(core, module, q, k, v, ulysses.mask(core, q.dtype), 0.0, scaling)
     out = heads_to_seq(out.transpose(1, 2), group)  # [batch, heads, L, head_dim]
     return out.transpose(1, 2).contiguous(), None
 

@@ -63,7 +63,7 @@ def test_sp2_summed_gradients_equal_sp1(sp_results, case):
 
 def test_only_rows_that_are_one_unpadded_sequence_take_the_causal_path_without_a_mask():
     """``causal_only``: every row's tokens a prefix of one segment (the right pad to a multiple of N allowed, causal
-    queries never look right); left padding or packed sequences need the whole-row mask."""
+    queries never look right); left padding or packed sequences take the span path (``spans``), a hole the mask."""
     from reasonrl.models.ulysses_attention import UlyssesContext
 
     def ctx(keep, segment):
@@ -74,6 +74,47 @@ def test_only_rows_that_are_one_unpadded_sequence_take_the_causal_path_without_a
     assert not ctx([[0, 1, 1, 1]], [[0, 0, 0, 0]]).causal_only()  # left padding
     assert not ctx([[1, 1, 1, 1]], [[0, 0, 1, 1]]).causal_only()  # two packed sequences
     assert not ctx([[1, 0, 1, 1]], [[0, 0, 0, 0]]).causal_only()  # a hole
+
+
+def test_spans_are_each_sequences_contiguous_kept_tokens_or_none():
+    """``spans``: per row, one (start, end) per sequence (left or right padding, packing); None when a sequence's
+    kept tokens are not contiguous, where only the dense mask is exact."""
+    from reasonrl.models.ulysses_attention import UlyssesContext
+
+    def spans(keep, segment):
+        return UlyssesContext(group=None, keep=torch.tensor(keep), segment=torch.tensor(segment)).spans()
+
+    assert spans([[1, 1, 1, 0]], [[0, 0, 0, -1]]) == [[(0, 3)]]  # right pad
+    assert spans([[0, 1, 1, 1], [1, 1, 0, 0]], [[0, 0, 0, 0], [0, 0, 0, 0]]) == [[(1, 4)], [(0, 2)]]  # left/right
+    assert spans([[1, 1, 1, 1, 1, 0]], [[0, 0, 1, 1, 1, -1]]) == [[(0, 2), (2, 5)]]  # two packed sequences
+    assert spans([[1, 0, 1, 1]], [[0, 0, 0, 0]]) is None  # a hole in one sequence
+    assert spans([[1, 1, 1, 1]], [[0, 1, 1, 0]]) is None  # a sequence in two pieces
+
+
+class _Attention(torch.nn.Module):
+    """What the cores read from an attention module: grouped key/value heads, causal, not training."""
+
+    num_key_value_groups = 2
+    is_causal = True
+
+
+@pytest.mark.parametrize("core", ["sdpa", "eager"])
+def test_attention_within_spans_equals_the_dense_mask(core, one_thread):
+    """The span path (causal per sequence, no mask tensor) against the dense whole-row mask on left-padded and
+    packed rows, grouped key/value heads: equal on every kept position within 1e-6 (the same float32 softmax and
+    matmuls over the same keys, in kernels of other shapes: rounding only); padding's outputs are 0."""
+    from reasonrl.models.ulysses_attention import UlyssesContext, _core, attend_spans
+
+    keep = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 0]], dtype=torch.bool)
+    segment = torch.tensor([[0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 1, 1, 2, 2, -1]])
+    ctx = UlyssesContext(group=None, keep=keep, segment=segment)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, heads, 8, 16, generator=g) for heads in (4, 2, 2))  # [batch, h, S, d]
+    module = _Attention().eval()
+    got = attend_spans(core, module, q, k, v, None, ctx.spans())  # [batch, S, h, d]
+    want, _ = _core(core, module, q, k, v, ctx.mask(core, q.dtype), 0.0, None)
+    assert torch.allclose(got[keep], want[keep], atol=1e-6, rtol=0)
+    assert (got[~keep] == 0).all()
 
 
 @pytest.fixture(scope="module")
