@@ -3,9 +3,14 @@ task as an openai-client agent program (``agent_fn``, HTTP through the gateway) 
 
     python benchmarks/bench_agent_gateway.py                      # tools-sft, 64 held-out questions x 4 samples
     python benchmarks/bench_agent_gateway.py --prompts 32 --json  # one JSON object instead of the table
+    python benchmarks/bench_agent_gateway.py --engine inprocess   # the engine in this process, no Ray
 
-One vLLM engine in this process behind a stand-in for its Ray actor handle (``.remote`` runs the method in a thread),
-so neither path pays Ray overhead (as ``bench_multi_turn.py``). Both run the warm start ``tools-sft`` (built on first
+One vLLM engine, as a run has it (``--engine ray``, the default): a Ray actor of its own (``create_vllm_engines``, one
+CPU), so the engine steps in its process while this one (the run's driver: the rollouts, the gateway and the agents)
+works on the other core. ``--engine inprocess`` puts the engine in this process behind a stand-in for its actor
+handle (``.remote`` runs the method in a thread), as ``bench_multi_turn.py`` does: no Ray overhead, but the agents'
+Python then shares this process's interpreter lock with the engine's scheduler and sampler, which no run does. Both
+paths use the same engine either way. Both run the warm start ``tools-sft`` (built on first
 use) on ``tool_mul_heldout``: the model calls the calculator, reads the result, answers (3 turns at most, 96 tokens
 per sample, T=1, the same seeds). Agent: ``AgentRollout`` + the real ``AgentGateway`` on 127.0.0.1 and
 ``playground/agents/calculator_agent.py`` (``openai.AsyncOpenAI``, its own tool loop), every agent at once.
@@ -95,6 +100,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--engine", choices=("ray", "inprocess"), default="ray", help="where the engine runs")
     args = parser.parse_args()
 
     from transformers import AutoTokenizer
@@ -115,8 +121,16 @@ def main() -> None:
     schemas = {name: tool.schema for name, tool in resolve_tools(["calculator"]).items()}
     template = get_template("chat", tokenizer=tok, tool_schemas=schemas)
     ids = [tok(template.render(r), add_special_tokens=False).input_ids for r in rows]
-    engine = VLLMEngine(path, dtype="float32", max_model_len=192)
-    handle = actor(engine)
+    if args.engine == "ray":
+        from reasonrl.distributed.handles import EngineHandle
+        from reasonrl.distributed.ray_cluster import init_ray
+        from reasonrl.distributed.vllm_engine import create_vllm_engines
+
+        init_ray(num_cpus=2, device="cpu")
+        (engine_actor,) = create_vllm_engines(1, path, num_cpus=1, dtype="float32", max_model_len=192)
+        handle = EngineHandle(engine_actor)
+    else:
+        handle = actor(VLLMEngine(path, dtype="float32", max_model_len=192))
     sampling = SamplingConfig(n=args.n, temperature=1.0, max_tokens=BUDGET, seed=0, logprobs=True)
 
     env = MultiTurnRollout(
@@ -141,11 +155,14 @@ def main() -> None:
     agent = measure(agent_rollout(openai_agent), handle, rows, ids, sampling, AgentTimes, args.repeats)
 
     ratio = agent["model_tokens_per_s"] / tools["model_tokens_per_s"]
-    result = {"prompts": args.prompts, "n": args.n, "agent": agent, "env_tools": tools, "ratio": ratio}
+    result = {"prompts": args.prompts, "n": args.n, "engine": args.engine, "agent": agent, "env_tools": tools}
+    result["ratio"] = ratio
     if args.json:
         print(json.dumps(result))
         return
+    where = "a Ray actor of its own" if args.engine == "ray" else "this process"
     print(f"{args.prompts} prompts x {args.n} samples of tool_mul_heldout (tools-sft), <= {MAX_TURNS} turns, T=1")
+    print(f"the engine in {where}")
     print(
         f"  env_fn=tools  : {tools['model_tokens_per_s']:8.1f} model tokens/s  "
         f"({tools['turns_per_sample']:.2f} turns per sample, {tools['seconds']:.2f} s per rollout)"
