@@ -156,11 +156,11 @@ def predicted_phase_bytes(s: Setup) -> dict[str, int]:
 
 def largest_micro_batch_tokens(samples: Sequence[tuple[list[int], list[int]]], max_tokens: int) -> int:
     """Tokens of the largest micro-batch the policy runs on ``samples``: the padded ``[count, P+T]`` grid of each
-    micro-batch of :func:`reasonrl.models.split_by_token_budget` (padded layout: ``WorkerConfig.packing`` off)."""
-    from reasonrl.models import padded_grid_tokens, split_by_token_budget
+    micro-batch of :func:`reasonrl.models.plan_micro_batches` (padded layout: ``WorkerConfig.packing`` off)."""
+    from reasonrl.models import padded_grid_tokens, plan_micro_batches
 
     lengths = [len(p) + len(r) for p, r in samples]
-    batches = split_by_token_budget(lengths, max_tokens, padded=True, prompt_lengths=[len(p) for p, _ in samples])
+    batches = plan_micro_batches(lengths, max_tokens, padded=True, prompt_lengths=[len(p) for p, _ in samples])
     return max((padded_grid_tokens([samples[i] for i in b]) for b in batches), default=0)
 
 

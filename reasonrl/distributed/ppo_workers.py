@@ -96,17 +96,18 @@ def equalised_micro_batches(
     """Token-budget micro-batches of this rank, padded to the group's maximum count.
 
     The budget counts the tokens of the layout that runs (``padded``: the ``[count, P+T]`` grid of
-    :func:`pad_batch`, whose padding on long chains of thought can be several times the real tokens; else the
-    packed row). Ranks agree on the count with an all-reduce (MAX). Missing micro-batches are empty lists: the
+    :func:`pad_batch`, whose padding on long chains of thought can be several times the real tokens, so padded
+    micro-batches group samples of similar length, :func:`reasonrl.models.plan_micro_batches`; else the packed
+    row, in batch order). Ranks agree on the count with an all-reduce (MAX). Missing micro-batches are empty lists: the
     caller runs a zero-weighted forward on a dummy sample so the collective parameter gathers of every rank line up.
     """
     import torch.distributed as dist
 
-    from reasonrl.models import split_by_token_budget
+    from reasonrl.models import plan_micro_batches
 
     lengths = [len(p) + len(r) for p, r in samples]
     prompts = [len(p) for p, _ in samples]
-    batches = split_by_token_budget(lengths, max_tokens, padded=padded, prompt_lengths=prompts) if samples else []
+    batches = plan_micro_batches(lengths, max_tokens, padded=padded, prompt_lengths=prompts) if samples else []
     count = torch.tensor([len(batches)], dtype=torch.long, device=device)  # NCCL reduces device tensors only
     if dist.is_initialized():
         dist.all_reduce(count, op=dist.ReduceOp.MAX)

@@ -338,6 +338,34 @@ def split_by_token_budget(
     return batches
 
 
+def plan_micro_batches(
+    lengths: Sequence[int],
+    max_tokens_per_micro_batch: int,
+    *,
+    padded: bool = False,
+    prompt_lengths: Sequence[int] | None = None,
+) -> list[list[int]]:
+    """The micro-batches a worker runs on its samples: lists of sample indices, each index once.
+
+    Packed (``padded=False``): :func:`split_by_token_budget` in batch order (a packed row has no padding, so the
+    order costs nothing). Padded: the samples are grouped by length first: taken in order of ``length`` (stable),
+    cut greedily by the padded grid's cost (:func:`split_by_token_budget` on that order), shortest group first,
+    each group's indices ascending. A short sample then shares its grid with samples of about its length instead
+    of being padded to the longest one that happened to be next in the batch: with long-tailed response lengths
+    (RL's usual case) that is several times fewer cells, and fewer micro-batches. A batch that fits one
+    micro-batch gives ``[[0, 1, ..., n - 1]]`` either way. The loss is a sum over samples with global counts
+    (``reasonrl.algos``), so which samples share a micro-batch changes only the float order of the sums.
+    """
+    if not padded:
+        return split_by_token_budget(lengths, max_tokens_per_micro_batch)
+    order = sorted(range(len(lengths)), key=lambda i: int(lengths[i]))
+    prompts = None if prompt_lengths is None else [prompt_lengths[i] for i in order]
+    groups = split_by_token_budget(
+        [lengths[i] for i in order], max_tokens_per_micro_batch, padded=True, prompt_lengths=prompts
+    )
+    return [sorted(order[k] for k in group) for group in groups]
+
+
 def split_fixed(num_samples: int, micro_batch_size: int) -> list[list[int]]:
     """Consecutive micro-batches of ``micro_batch_size`` sample indices (the last one may be smaller)."""
     if micro_batch_size <= 0:
