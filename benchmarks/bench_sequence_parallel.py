@@ -122,6 +122,8 @@ def main() -> None:
     parser.add_argument("--store", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.sequences < 1 or args.tokens % args.sequences or args.tokens // args.sequences <= 64:
+        parser.error("--sequences must divide --tokens into samples of more than 64 tokens (a 64-token prompt each)")
     if args.rank is not None:
         rank_main(args.rank, args.rank_of, args.store, args.tokens, args.sequences, args.reps, args.out)
         return

@@ -348,22 +348,38 @@ def plan_micro_batches(
     """The micro-batches a worker runs on its samples: lists of sample indices, each index once.
 
     Packed (``padded=False``): :func:`split_by_token_budget` in batch order (a packed row has no padding, so the
-    order costs nothing). Padded: the samples are grouped by length first: taken in order of ``length`` (stable),
-    cut greedily by the padded grid's cost (:func:`split_by_token_budget` on that order), shortest group first,
-    each group's indices ascending. A short sample then shares its grid with samples of about its length instead
-    of being padded to the longest one that happened to be next in the batch: with long-tailed response lengths
-    (RL's usual case) that is several times fewer cells, and fewer micro-batches. A batch that fits one
-    micro-batch gives ``[[0, 1, ..., n - 1]]`` either way. The loss is a sum over samples with global counts
-    (``reasonrl.algos``), so which samples share a micro-batch changes only the float order of the sums.
+    order costs nothing). Padded: the samples grouped by length: taken in order of ``length`` (stable), cut
+    greedily by the padded grid's cost (:func:`split_by_token_budget` on that order), shortest group first, each
+    group's indices ascending. A short sample then shares its grid with samples of about its length instead of
+    being padded to the longest one that happened to be next in the batch: with long-tailed response lengths (RL's
+    usual case) that is far fewer cells, and fewer micro-batches. The grid's cost is ``count * (longest prompt +
+    longest response)``, so with prompt lengths that vary against the responses the grouping can need more
+    micro-batches than batch order; then (or with as many micro-batches and more cells) batch order is kept. A
+    batch that fits one micro-batch gives ``[[0, 1, ..., n - 1]]`` either way.
     """
-    if not padded:
-        return split_by_token_budget(lengths, max_tokens_per_micro_batch)
+    in_order = split_by_token_budget(
+        lengths, max_tokens_per_micro_batch, padded=padded, prompt_lengths=prompt_lengths if padded else None
+    )
+    if not padded or len(in_order) <= 1:
+        return in_order
     order = sorted(range(len(lengths)), key=lambda i: int(lengths[i]))
     prompts = None if prompt_lengths is None else [prompt_lengths[i] for i in order]
     groups = split_by_token_budget(
         [lengths[i] for i in order], max_tokens_per_micro_batch, padded=True, prompt_lengths=prompts
     )
-    return [sorted(order[k] for k in group) for group in groups]
+    grouped = [sorted(order[k] for k in group) for group in groups]
+
+    def cells(batches: list[list[int]]) -> int:  # the padded grids' cells, as split_by_token_budget counts them
+        if prompt_lengths is None:
+            return sum(len(mb) * max(lengths[i] for i in mb) for mb in batches)
+        return sum(
+            len(mb) * (max(prompt_lengths[i] for i in mb) + max(lengths[i] - prompt_lengths[i] for i in mb))
+            for mb in batches
+        )
+
+    if (len(grouped), cells(grouped)) <= (len(in_order), cells(in_order)):
+        return grouped
+    return in_order
 
 
 def split_fixed(num_samples: int, micro_batch_size: int) -> list[list[int]]:

@@ -160,8 +160,9 @@ def test_split_by_token_budget_properties(padded):
 @pytest.mark.parametrize("padded", [False, True])
 def test_plan_micro_batches_properties(padded):
     """Every sample once; each micro-batch within the budget (or a lone sample); packed keeps batch order; padded
-    groups by length: indices ascending inside a group, and no group's shortest sample is shorter than an
-    earlier group's longest."""
+    either groups by length (indices ascending inside a group, no group's shortest sample shorter than an earlier
+    group's longest) or, where grouping would need more micro-batches or more cells, keeps batch order; never
+    more micro-batches than batch order."""
     rng = random.Random(1)
     for _ in range(200):
         lengths = [rng.randint(0, 30) for _ in range(rng.randint(1, 40))]
@@ -172,12 +173,24 @@ def test_plan_micro_batches_properties(padded):
         if not padded:
             assert batches == split_by_token_budget(lengths, budget)
             continue
+        in_order = split_by_token_budget(lengths, budget, padded=True, prompt_lengths=prompts)
+        assert len(batches) <= len(in_order)
         for mb in batches:
             assert mb == sorted(mb)
             grid = len(mb) * (max(prompts[i] for i in mb) + max(lengths[i] - prompts[i] for i in mb))
             assert grid <= budget or len(mb) == 1
-        for prev, nxt in itertools.pairwise(batches):
-            assert max(lengths[i] for i in prev) <= min(lengths[i] for i in nxt)
+        if batches != in_order:
+            for prev, nxt in itertools.pairwise(batches):
+                assert max(lengths[i] for i in prev) <= min(lengths[i] for i in nxt)
+
+
+def test_padded_plan_keeps_batch_order_where_grouping_by_length_needs_more_micro_batches():
+    """Sorting by total length can interleave long prompts with long responses: here grouping would cut 4
+    micro-batches where batch order needs 2, so batch order is kept."""
+    lengths, prompts = [25, 34, 30, 37], [19, 18, 2, 6]
+    in_order = split_by_token_budget(lengths, 80, padded=True, prompt_lengths=prompts)
+    assert len(in_order) == 2
+    assert plan_micro_batches(lengths, 80, padded=True, prompt_lengths=prompts) == in_order
 
 
 def test_padded_plan_groups_long_tailed_lengths_into_fewer_cells():
