@@ -369,17 +369,21 @@ def plan_micro_batches(
     )
     grouped = [sorted(order[k] for k in group) for group in groups]
 
-    def cells(batches: list[list[int]]) -> int:  # the padded grids' cells, as split_by_token_budget counts them
-        if prompt_lengths is None:
-            return sum(len(mb) * max(lengths[i] for i in mb) for mb in batches)
-        return sum(
-            len(mb) * (max(prompt_lengths[i] for i in mb) + max(lengths[i] - prompt_lengths[i] for i in mb))
-            for mb in batches
-        )
+    def cells(batches: list[list[int]]) -> int:
+        return sum(padded_grid_cells(mb, lengths, prompt_lengths) for mb in batches)
 
     if (len(grouped), cells(grouped)) <= (len(in_order), cells(in_order)):
         return grouped
     return in_order
+
+
+def padded_grid_cells(indices: Sequence[int], lengths: Sequence[int], prompt_lengths: Sequence[int] | None) -> int:
+    """Cells of the padded grid of the samples ``indices``, as :func:`split_by_token_budget` counts them:
+    ``count * (longest prompt + longest response)``, or ``count * longest length`` without ``prompt_lengths``."""
+    if prompt_lengths is None:
+        return len(indices) * max(lengths[i] for i in indices)
+    longest_prompt = max(prompt_lengths[i] for i in indices)
+    return len(indices) * (longest_prompt + max(lengths[i] - prompt_lengths[i] for i in indices))
 
 
 def split_fixed(num_samples: int, micro_batch_size: int) -> list[list[int]]:

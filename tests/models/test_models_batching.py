@@ -15,6 +15,7 @@ from reasonrl.models.batching import (
     action_mask_from_lens,
     pack_batch,
     pad_batch,
+    padded_grid_cells,
     padded_grid_tokens,
     plan_micro_batches,
     scatter_to_padded,
@@ -133,23 +134,27 @@ def test_padded_budget_counts_the_grid_pad_batch_builds():
     for mb in planned:  # what really runs fits the budget
         assert pad_batch([samples[i] for i in mb], 0).input_ids.numel() <= 30
     assert padded_grid_tokens(samples) == pad_batch(samples, 0).input_ids.numel() == 40
+    assert padded_grid_cells([0, 1], lengths, prompts) == 40
     assert padded_grid_tokens([]) == 0
+
+
+def random_draws(seed: int, count: int = 200):
+    """``count`` random (lengths, budget, prompt lengths) draws for the planners' property tests."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        lengths = [rng.randint(0, 30) for _ in range(rng.randint(1, 40))]
+        budget = rng.randint(1, 60)
+        yield lengths, budget, [rng.randint(1, n) if n else 0 for n in lengths]
 
 
 @pytest.mark.parametrize("padded", [False, True])
 def test_split_by_token_budget_properties(padded):
-    rng = random.Random(0)
-    for _ in range(200):
-        lengths = [rng.randint(0, 30) for _ in range(rng.randint(1, 40))]
-        budget = rng.randint(1, 60)
-        prompts = [rng.randint(1, n) if n else 0 for n in lengths]
+    for lengths, budget, prompts in random_draws(0):
         batches = split_by_token_budget(lengths, budget, padded=padded, prompt_lengths=prompts)
         assert [i for mb in batches for i in mb] == list(range(len(lengths)))  # order kept, nothing lost
 
         def cost(mb: list[int], lengths=lengths, prompts=prompts) -> int:
-            if not padded:
-                return sum(lengths[i] for i in mb)
-            return len(mb) * (max(prompts[i] for i in mb) + max(lengths[i] - prompts[i] for i in mb))
+            return padded_grid_cells(mb, lengths, prompts) if padded else sum(lengths[i] for i in mb)
 
         for mb in batches:
             assert cost(mb) <= budget or len(mb) == 1
@@ -163,11 +168,7 @@ def test_plan_micro_batches_properties(padded):
     either groups by length (indices ascending inside a group, no group's shortest sample shorter than an earlier
     group's longest) or, where grouping would need more micro-batches or more cells, keeps batch order; never
     more micro-batches than batch order."""
-    rng = random.Random(1)
-    for _ in range(200):
-        lengths = [rng.randint(0, 30) for _ in range(rng.randint(1, 40))]
-        budget = rng.randint(1, 60)
-        prompts = [rng.randint(1, n) if n else 0 for n in lengths]
+    for lengths, budget, prompts in random_draws(1):
         batches = plan_micro_batches(lengths, budget, padded=padded, prompt_lengths=prompts)
         assert sorted(i for mb in batches for i in mb) == list(range(len(lengths)))
         if not padded:
@@ -177,8 +178,7 @@ def test_plan_micro_batches_properties(padded):
         assert len(batches) <= len(in_order)
         for mb in batches:
             assert mb == sorted(mb)
-            grid = len(mb) * (max(prompts[i] for i in mb) + max(lengths[i] - prompts[i] for i in mb))
-            assert grid <= budget or len(mb) == 1
+            assert padded_grid_cells(mb, lengths, prompts) <= budget or len(mb) == 1
         if batches != in_order:
             for prev, nxt in itertools.pairwise(batches):
                 assert max(lengths[i] for i in prev) <= min(lengths[i] for i in nxt)
